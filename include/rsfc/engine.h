@@ -1,0 +1,84 @@
+// The pure core's entry point: packet bytes + time in, outcome (and possibly a lowered
+// window, written in place) out. No I/O, no clock. One Engine per worker; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "rsfc/metrics.h"
+#include "rsfc/packet.h"
+#include "rsfc/params.h"
+
+namespace rsfc {
+
+struct PacketMeta {
+  ChecksumState checksum = ChecksumState::kComplete;
+  // The kernel copied fewer bytes than the packet has (NFQA_CAP_LEN): never modify.
+  bool truncated = false;
+};
+
+struct PacketResult {
+  Outcome outcome = Outcome::kPassed;
+  bool modified = false;  // bytes changed in place: return them with the verdict
+};
+
+// One line of the per-flow decision log (RSFC/DRWA); emitted at most once per control step.
+struct DecisionRecord {
+  Nanos time = 0;
+  IpAddr subscriber, peer;
+  uint16_t subscriber_port = 0, peer_port = 0;
+  const char* knob = "";   // "uplink" / "downlink"
+  const char* state = "";  // controller state name
+  double tick_ms = 0;      // subscriber timestamp granularity g (0 = unknown)
+  double t_buff_ms = -1;   // filtered uplink buffering delay (-1 = unknown)
+  double rate_bps = 0;     // delivered rate rho, bytes/s
+  double rtt_min_ms = -1;
+  double rtt_ms = -1;      // the round trip the controller sizes the window on
+  uint64_t window_bytes = 0;  // target window (bytes) after floor
+  bool timestamps = false;
+};
+
+class DecisionSink {
+ public:
+  virtual ~DecisionSink() = default;
+  virtual void on_decision(const DecisionRecord& r) = 0;
+};
+
+class FlowTable;
+
+class Engine {
+ public:
+  // `flows_max` is fixed for the engine's life (memory is reserved once).
+  Engine(uint32_t flows_max, const EngineParams& params);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Replaces the parameters (SIGHUP). Flow state is kept.
+  void set_params(const EngineParams& params);
+  const EngineParams& params() const { return params_; }
+
+  // Processes one packet starting at its IP header. May lower the TCP window in place
+  // (then result.modified is true and the checksum is correct). Never fails: anything not
+  // understood comes back with modified == false.
+  PacketResult process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta = {});
+
+  // Drops idle and closed flows. Call about once a second.
+  void expire(Nanos now);
+
+  // Optional per-flow decision log; not owned; nullptr disables.
+  void set_decision_sink(DecisionSink* sink) { sink_ = sink; }
+
+  const CoreCounters& counters() const { return counters_; }
+  size_t active_flows() const;
+  uint32_t flows_max() const;
+
+ private:
+  EngineParams params_;
+  std::unique_ptr<FlowTable> flows_;
+  CoreCounters counters_;
+  DecisionSink* sink_ = nullptr;
+};
+
+}  // namespace rsfc
