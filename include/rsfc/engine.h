@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "rsfc/metrics.h"
 #include "rsfc/packet.h"
@@ -34,7 +35,7 @@ struct DecisionRecord {
   double t_buff_ms = -1;   // filtered uplink buffering delay (-1 = unknown)
   double rate_bps = 0;     // delivered rate rho, bytes/s
   double rtt_min_ms = -1;
-  double rtt_ms = -1;      // the round trip the controller sizes the window on
+  double rtt_ms = -1;         // the round trip the controller sizes the window on
   uint64_t window_bytes = 0;  // target window (bytes) after floor
   bool timestamps = false;
 };
@@ -46,11 +47,13 @@ class DecisionSink {
 };
 
 class FlowTable;
+struct FlowRegulators;
 
 class Engine {
  public:
-  // `flows_max` is fixed for the engine's life (memory is reserved once).
-  Engine(uint32_t flows_max, const EngineParams& params);
+  // `flows_max` is fixed for the engine's life (memory is reserved once). `hash_seed`
+  // keys the flow hash: the daemon passes a random value.
+  Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_seed = 0x5eed);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -75,8 +78,13 @@ class Engine {
   uint32_t flows_max() const;
 
  private:
+  void reset_flow_state(uint32_t idx);
+  void forget_flow(uint32_t idx);
+  uint64_t regulator_target(uint32_t idx, Direction dir, const PacketView& v, Nanos now);
+
   EngineParams params_;
   std::unique_ptr<FlowTable> flows_;
+  std::vector<FlowRegulators> regs_;  // parallel to the flow table, reserved once
   CoreCounters counters_;
   DecisionSink* sink_ = nullptr;
 };

@@ -1,0 +1,298 @@
+#include "rsfc/engine.h"
+
+#include <algorithm>
+
+#include "rsfc/flow_table.h"
+#include "rsfc/window.h"
+
+namespace rsfc {
+
+// Regulator state per flow, parallel to the flow table.
+struct FlowRegulators {
+  int placeholder = 0;
+};
+
+const char* to_string(Policy p) {
+  switch (p) {
+    case Policy::kOff:
+      return "off";
+    case Policy::kObserve:
+      return "observe";
+    case Policy::kStatic:
+      return "static";
+    case Policy::kRsfc:
+      return "rsfc";
+    case Policy::kDrwa:
+      return "drwa";
+  }
+  return "?";
+}
+
+namespace {
+
+bool in_any(const std::vector<Prefix>& nets, const IpAddr& a) {
+  for (const Prefix& p : nets) {
+    if (p.contains(a)) return true;
+  }
+  return false;
+}
+
+void count(CoreCounters& c, Direction d, Outcome o) {
+  c.packets[static_cast<size_t>(d)][static_cast<size_t>(o)].add();
+}
+
+// Records what a SYN or SYN-ACK says about its sender.
+void learn_syn(Endpoint& e, const PacketView& v) {
+  e.syn_seen = true;
+  e.isn = v.seq;
+  e.mss = v.opts.has_mss ? v.opts.mss : 0;
+  e.wscale_option = v.opts.has_wscale;
+  e.wscale_raw = v.opts.wscale;
+  e.timestamps = v.opts.has_timestamps;
+  e.sack_permitted = v.opts.sack_permitted;
+  e.syn_window = v.window;
+}
+
+}  // namespace
+
+Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_seed)
+    : params_(params), flows_(std::make_unique<FlowTable>(flows_max, hash_seed)) {
+  regs_.reserve(flows_max);
+}
+
+Engine::~Engine() = default;
+
+void Engine::set_params(const EngineParams& params) {
+  params_ = params;
+}
+
+size_t Engine::active_flows() const {
+  return flows_->size();
+}
+uint32_t Engine::flows_max() const {
+  return flows_->capacity();
+}
+
+void Engine::reset_flow_state(uint32_t idx) {
+  if (idx >= regs_.size()) regs_.resize(idx + 1);  // grows only up to capacity (reserved)
+  regs_[idx] = FlowRegulators{};
+}
+
+void Engine::forget_flow(uint32_t idx) {
+  (void)idx;
+  counters_.flows_active.set(flows_->size());
+}
+
+PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta) {
+  PacketView v;
+  const ParseError err = parse_packet(pkt, v);
+  if (err != ParseError::kNone) {
+    counters_.parse_errors[static_cast<size_t>(err)].add();
+    counters_.packets_unknown_direction.add();
+    return {.outcome = Outcome::kUnparsed, .modified = false};
+  }
+
+  const bool src_sub = in_any(params_.subscriber_networks, v.src);
+  const bool dst_sub = in_any(params_.subscriber_networks, v.dst);
+  if (src_sub == dst_sub) {
+    counters_.packets_unknown_direction.add();
+    return {.outcome = Outcome::kNotSubscriber, .modified = false};
+  }
+  const Direction dir = dst_sub ? Direction::kToSubscriber : Direction::kFromSubscriber;
+  const DirectionParams& knob = dir == Direction::kToSubscriber ? params_.uplink : params_.downlink;
+  const DirectionParams& other =
+      dir == Direction::kToSubscriber ? params_.downlink : params_.uplink;
+
+  if (knob.policy == Policy::kOff && other.policy == Policy::kOff) {
+    count(counters_, dir, Outcome::kPassed);  // nothing to regulate: not even tracked
+    return {};
+  }
+
+  FlowKey key;
+  key.family = v.ip_version;
+  const IpAddr& sub = dst_sub ? v.dst : v.src;
+  const IpAddr& peer = dst_sub ? v.src : v.dst;
+  key.sub_addr = sub.bytes;
+  key.peer_addr = peer.bytes;
+  key.sub_port = dst_sub ? v.dport : v.sport;
+  key.peer_port = dst_sub ? v.sport : v.dport;
+
+  const uint32_t h = flows_->hash(key);
+  uint32_t idx = flows_->find(key, h);
+  const bool syn_only = v.syn() && !v.ack_flag();
+  if (idx == kNoFlow) {
+    if (v.rst()) {
+      count(counters_, dir, Outcome::kPassed);  // nothing to learn from a stray RST
+      return {};
+    }
+    uint32_t evicted;
+    idx = flows_->insert(key, h, FlowClass::kTentative, now, &evicted);
+    if (evicted != kNoFlow) counters_.flows_evicted.add();
+    reset_flow_state(idx);
+    counters_.flows_created.add();
+    counters_.flows_active.set(flows_->size());
+    Flow& nf = flows_->at(idx);
+    if (!v.syn()) {
+      nf.state = FlowState::kMidstream;
+      counters_.flows_unregulated.add();
+    } else {
+      nf.state = FlowState::kSynSeen;
+      nf.sub_initiated = syn_only ? !dst_sub : dst_sub;
+    }
+  } else {
+    flows_->touch(idx, now);
+  }
+  Flow& f = flows_->at(idx);
+  Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
+  Endpoint& receiver = dir == Direction::kToSubscriber ? f.sub : f.peer;
+  if (dir == Direction::kToSubscriber)
+    f.bytes_to_sub += v.payload_len;
+  else
+    f.bytes_from_sub += v.payload_len;
+
+  // --- Handshake and lifecycle -----------------------------------------------------
+  if (v.syn()) {
+    if (syn_only) {
+      // A new SYN on a known tuple with another ISN: the port was reused; start over.
+      if (sender.syn_seen && sender.isn != v.seq &&
+          (f.state == FlowState::kEstablished || f.state == FlowState::kClosed)) {
+        Flow fresh;
+        fresh.key = f.key;
+        fresh.created = fresh.last_seen = now;
+        fresh.hash = f.hash;
+        fresh.lru_prev = f.lru_prev;
+        fresh.lru_next = f.lru_next;
+        fresh.cls = f.cls;
+        fresh.in_use = true;
+        f = fresh;
+        reset_flow_state(idx);
+      }
+      learn_syn(sender, v);
+      if (f.state == FlowState::kMidstream) f.state = FlowState::kSynSeen;
+      f.sub_initiated = dir == Direction::kFromSubscriber;
+      flows_->set_class(idx, FlowClass::kTentative);
+    } else {
+      // SYN-ACK: scales are in force only if both SYNs carried the option.
+      learn_syn(sender, v);
+      if (receiver.syn_seen && f.state != FlowState::kMidstream) {
+        const bool both = receiver.wscale_option && sender.wscale_option;
+        const uint8_t s_scale = both ? effective_scale(sender.wscale_raw) : 0;
+        const uint8_t r_scale = both ? effective_scale(receiver.wscale_raw) : 0;
+        if (dir == Direction::kToSubscriber) {
+          f.peer_scale = s_scale;
+          f.sub_scale = r_scale;
+        } else {
+          f.sub_scale = s_scale;
+          f.peer_scale = r_scale;
+        }
+        f.scale_known = true;
+        if (f.state == FlowState::kSynSeen) f.state = FlowState::kSynAckSeen;
+        // Windows in SYN segments are never scaled. The SYN-ACK offers the SYN's sender
+        // [ack, ack + win); the SYN offered the SYN-ACK's sender [isn + 1, isn + 1 + win).
+        receiver.right_edge = v.ack + v.window;
+        receiver.edge_valid = true;
+        sender.right_edge = v.seq + 1 + receiver.syn_window;
+        sender.edge_valid = true;
+      }
+    }
+    count(counters_, dir, Outcome::kPassed);  // SYNs are never touched
+    return {};
+  }
+
+  if (v.rst()) {
+    f.state = FlowState::kClosed;
+    flows_->set_class(idx, FlowClass::kClosed);
+    count(counters_, dir, Outcome::kPassed);
+    return {};
+  }
+  if (v.fin()) sender.fin_seen = true;
+  if (f.state == FlowState::kSynAckSeen && v.ack_flag()) {
+    f.state = FlowState::kEstablished;
+    flows_->set_class(idx, FlowClass::kEstablished);
+  }
+  if (f.sub.fin_seen && f.peer.fin_seen && f.state != FlowState::kClosed) {
+    f.state = FlowState::kClosed;
+    counters_.flows_closed.add();
+    flows_->set_class(idx, FlowClass::kClosed);
+  }
+
+  if (!v.ack_flag()) {
+    count(counters_, dir, Outcome::kPassed);
+    return {};
+  }
+  if (!f.scale_known) {
+    count(counters_, dir, Outcome::kUnregulated);
+    return {};
+  }
+
+  // --- The knob ---------------------------------------------------------------------
+  const uint8_t scale = dir == Direction::kToSubscriber ? f.peer_scale : f.sub_scale;
+  uint64_t target = UINT64_MAX;
+  switch (knob.policy) {
+    case Policy::kOff:
+    case Policy::kObserve:
+      break;
+    case Policy::kStatic:
+      target = knob.static_window_bytes;
+      break;
+    case Policy::kRsfc:
+    case Policy::kDrwa:
+      target = regulator_target(idx, dir, v, now);
+      break;
+  }
+
+  uint16_t final_raw = v.window;
+  PacketResult result{.outcome = Outcome::kPassed, .modified = false};
+  const bool enforce = knob.policy != Policy::kOff && knob.policy != Policy::kObserve;
+  if (enforce && target != UINT64_MAX) {
+    if (meta.truncated) {
+      count(counters_, dir, Outcome::kTruncatedCopy);
+      return {.outcome = Outcome::kTruncatedCopy, .modified = false};
+    }
+    const ClampResult c = clamp_window({.raw_window = v.window,
+                                        .scale = scale,
+                                        .ack = v.ack,
+                                        .edge_valid = receiver.edge_valid,
+                                        .edge = receiver.right_edge,
+                                        .target_bytes = target,
+                                        .min_window_bytes = params_.min_window_bytes});
+    const size_t d = static_cast<size_t>(dir);
+    if (c.limit == ClampLimit::kRightEdge) counters_.right_edge_holds[d].add();
+    if (c.limit == ClampLimit::kFloor) counters_.floor_holds[d].add();
+    if (c.changed()) {
+      set_tcp_window(pkt, v, c.raw_window, meta.checksum);
+      if (meta.checksum == ChecksumState::kNotReady) counters_.checksum_full.add();
+      counters_.windows_rewritten[d].add();
+      final_raw = c.raw_window;
+      result = {.outcome = Outcome::kRewritten, .modified = true};
+    }
+  }
+  const uint32_t edge = right_edge(v.ack, final_raw, scale);
+  if (!receiver.edge_valid || seq_gt(edge, receiver.right_edge)) {
+    receiver.right_edge = edge;
+    receiver.edge_valid = true;
+  }
+  count(counters_, dir, result.outcome);
+  return result;
+}
+
+uint64_t Engine::regulator_target(uint32_t idx, Direction dir, const PacketView& v, Nanos now) {
+  (void)idx;
+  (void)dir;
+  (void)v;
+  (void)now;
+  return UINT64_MAX;
+}
+
+void Engine::expire(Nanos now) {
+  auto drop = [this](uint32_t idx) {
+    (void)idx;
+    counters_.flows_expired.add();
+  };
+  flows_->expire_class(FlowClass::kClosed, now - params_.closed_timeout, drop);
+  flows_->expire_class(FlowClass::kTentative, now - params_.embryonic_timeout, drop);
+  flows_->expire_class(FlowClass::kEstablished, now - params_.idle_timeout, drop);
+  counters_.flows_active.set(flows_->size());
+}
+
+}  // namespace rsfc
