@@ -28,7 +28,8 @@ constexpr uint64_t kP0 = 0xa0761d6478bd642full, kP1 = 0xe7037ed1a0b428dbull,
 FlowTable::FlowTable(uint32_t capacity, uint64_t seed) : capacity_(capacity), seed_(seed) {
   if (capacity == 0) throw std::invalid_argument("flow table capacity must be > 0");
   // Load factor <= 0.5 keeps linear-probe chains short.
-  const uint64_t buckets = std::bit_ceil(std::max<uint64_t>(16, uint64_t{capacity} * 2));
+  const uint64_t buckets =
+      std::bit_ceil(std::max<uint64_t>(16, uint64_t{capacity} * kBucketsPerFlow));
   buckets_.assign(buckets, 0);
   mask_ = static_cast<uint32_t>(buckets - 1);
   flows_.reserve(capacity);  // the only allocation of flow memory; pages fault in on use

@@ -75,6 +75,8 @@ class Engine {
 
   const CoreCounters& counters() const { return counters_; }
   size_t active_flows() const;
+  // Memory one flow costs at full capacity: entry, regulator state and hash buckets.
+  static size_t bytes_per_flow();
   uint32_t flows_max() const;
 
  private:

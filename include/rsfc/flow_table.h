@@ -80,6 +80,7 @@ struct Flow {
 
 class FlowTable {
  public:
+  static constexpr uint32_t kBucketsPerFlow = 2;  // load factor <= 0.5
   // `capacity` flows at most; `seed` keys the hash (random in the daemon, fixed in tests)
   // so that a remote party cannot aim collisions at us.
   FlowTable(uint32_t capacity, uint64_t seed);

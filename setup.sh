@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what rsfcd needs (Debian 12 packages) and builds it:
+#   build/rsfcd          the daemon (and unit tests, benchmark, lab tools) - release
+#   build-asan/          the unit tests again under ASan + UBSan
+# Run as root on a fresh machine: sudo ./setup.sh
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PACKAGES=(build-essential cmake ninja-build pkg-config clang-format
+  libnetfilter-queue-dev libmnl-dev libevent-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
+  python3 python3-scapy python3-pytest python3-yaml python3-matplotlib
+  iptables iproute2 iperf3 iputils-ping tcpdump curl procps)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+jobs=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+if [[ "${RSFC_SKIP_ASAN:-0}" != 1 ]]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRSFC_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j"$jobs" --target packet_test config_test regulator_test core_test
+fi
+echo "setup: built $(pwd)/build/rsfcd"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every test: unit tests (release and ASan/UBSan builds), then the integration tests
+# (real daemon behind NFQUEUE in network namespaces, real kernel TCP) and the lab smoke
+# scenario. Needs root (namespaces, iptables). Run ./setup.sh first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ $(id -u) == 0 ]] || { echo "run-all: needs root (network namespaces, iptables)" >&2; exit 1; }
+
+echo "== unit tests (release) =="
+ctest --test-dir build --output-on-failure -j2
+if [[ -d build-asan ]]; then
+  echo "== unit tests (ASan + UBSan) =="
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j2
+fi
+echo "== integration tests (namespaces, NFQUEUE, kernel TCP) =="
+exec /usr/bin/python3 -m pytest -q -p no:cacheprovider test/integration "$@"
