@@ -77,6 +77,10 @@ class NfQueue {
   uint16_t queue_num() const;
   bool is_open() const;
   const QueueCounters& counters() const;
+  // errno of the last error reply the kernel sent to a verdict/config message (0 = none).
+  int last_kernel_error() const;
+  // Receive buffer the kernel granted (bytes, as getsockopt reports it).
+  int rcvbuf_bytes() const;
 
   // Receives up to `max_packets` (capped at batch_size) without blocking and calls
   // `on_packet(const NfqPacket&)` for each. Error replies from the kernel (e.g. to a
