@@ -13,9 +13,11 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
+#include <random>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -292,6 +294,90 @@ inline std::vector<uint8_t> build(const TcpSpec& s) {
   pkt.insert(pkt.end(), tcp.begin(), tcp.end());
   pkt.insert(pkt.end(), s.trailing_padding, uint8_t{0});
   return pkt;
+}
+
+// A random valid TCP spec (IPv4 or IPv6, random options within 40 bytes, IPv4 options or
+// IPv6 extension headers without fragment/AH, odd and even payload lengths, sometimes link
+// padding). Deterministic for a given generator state: seed it and print describe() on
+// failure.
+inline TcpSpec random_spec(std::mt19937& rng) {
+  auto pick = [&rng](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
+  auto u16 = [&rng] { return static_cast<uint16_t>(rng()); };
+  TcpSpec s;
+  const bool v6 = pick(2) == 1;
+  char buf[INET6_ADDRSTRLEN];
+  auto rand_addr = [&](bool six) {
+    uint8_t a[16];
+    for (auto& b : a) b = static_cast<uint8_t>(rng());
+    if (six) {
+      a[0] = 0x20, a[1] = 0x01, a[2] = 0x0d, a[3] = 0xb8;
+    } else {
+      a[0] = 198, a[1] = static_cast<uint8_t>(18 + pick(2));
+    }
+    inet_ntop(six ? AF_INET6 : AF_INET, a, buf, sizeof buf);
+    return std::string(buf);
+  };
+  s.src = rand_addr(v6);
+  s.dst = rand_addr(v6);
+  s.sport = u16();
+  s.dport = u16();
+  s.seq = static_cast<uint32_t>(rng());
+  s.ack = static_cast<uint32_t>(rng());
+  s.flags = static_cast<uint8_t>(rng());
+  const uint16_t edge_windows[] = {0, 1, 0xffff, 0xfffe, 0x8000};
+  s.window = pick(8) == 0 ? edge_windows[pick(5)] : u16();
+  size_t room = 40;
+  if (pick(3) == 0) {
+    s.mss = u16();
+    room -= 4;
+  }
+  s.sack_permitted = pick(3) == 0;
+  s.timestamps = pick(2) == 0;
+  if (s.timestamps) {
+    s.tsval = static_cast<uint32_t>(rng());
+    s.tsecr = static_cast<uint32_t>(rng());
+    room -= 12;
+  } else if (s.sack_permitted) {
+    room -= 4;
+  }
+  if (pick(3) == 0) {
+    s.wscale = static_cast<uint8_t>(pick(16));
+    room -= 4;
+  }
+  if (pick(3) == 0 && room >= 12) {
+    const size_t blocks = 1 + pick(static_cast<uint32_t>(std::min<size_t>((room - 4) / 8, 4)));
+    for (size_t i = 0; i < blocks; ++i) {
+      s.sack.emplace_back(static_cast<uint32_t>(rng()), static_cast<uint32_t>(rng()));
+    }
+    room -= 4 + 8 * blocks;
+  }
+  if (pick(4) == 0 && room >= 4) {  // an option we do not interpret (MPTCP-like kind 30)
+    const auto len = static_cast<uint8_t>(2 + pick(static_cast<uint32_t>(room - 1)));
+    s.raw_options = {30, len};
+    for (size_t i = 2; i < len; ++i) s.raw_options.push_back(static_cast<uint8_t>(rng()));
+  }
+  s.payload_len = pick(3) == 0 ? pick(4) : pick(1501);
+  if (pick(4) == 0) s.trailing_padding = pick(7);
+  if (!v6 && pick(4) == 0) {
+    s.ipv4_options = pick(2) ? std::vector<uint8_t>{148, 4, 0, 0}       // router alert
+                             : std::vector<uint8_t>{1, 1, 1, 1, 1, 1};  // NOPs (+ EOL pad)
+  }
+  if (v6) {
+    if (pick(3) == 0) s.ipv6_ext.push_back(Ipv6Ext::hop_by_hop(std::vector<uint8_t>(pick(20))));
+    for (uint32_t n = pick(3); n > 0; --n) {
+      if (pick(2)) {
+        s.ipv6_ext.push_back(Ipv6Ext::dest_opts(std::vector<uint8_t>(pick(20))));
+      } else {
+        const uint8_t types[] = {0, 2, 4};
+        const uint8_t type = types[pick(3)];
+        std::vector<std::string> addrs;
+        for (uint32_t k = type == 2 ? 1 : 1 + pick(3); k > 0; --k) addrs.push_back(rand_addr(true));
+        s.ipv6_ext.push_back(Ipv6Ext::routing(
+            type, static_cast<uint8_t>(pick(static_cast<uint32_t>(addrs.size()) + 1)), addrs));
+      }
+    }
+  }
+  return s;
 }
 
 // tcpdump-like one-line rendering of a spec.

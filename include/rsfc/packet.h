@@ -56,14 +56,19 @@ struct PacketView {
   uint16_t ip_header_len = 0;  // IPv4 header incl. options, or IPv6 header + ext headers
   uint16_t tcp_offset = 0;     // == ip_header_len
   uint16_t tcp_header_len = 0;
-  uint32_t ip_total_len = 0;   // bytes of the packet as its IP header states (<= bytes given)
-  uint32_t payload_len = 0;    // TCP payload bytes
+  uint32_t ip_total_len = 0;  // bytes of the packet as its IP header states (<= bytes given)
+  uint32_t payload_len = 0;   // TCP payload bytes
   uint16_t sport = 0, dport = 0;
   uint32_t seq = 0, ack = 0;
   uint8_t flags = 0;
   uint16_t window = 0;  // raw 16-bit field, unscaled
   uint16_t checksum = 0;
   TcpOptions opts;
+  // IPv6 only: offset of the final destination address inside a routing header (type 0/2:
+  // last address, type 4: segment list[0]) while segments are left; the TCP pseudo-header
+  // uses it (RFC 8200 8.1). 0 = use `dst` (no routing header, segments left 0, or a
+  // routing type whose final destination we do not decode, such as RPL type 3).
+  uint16_t pseudo_dst_offset = 0;
 
   bool syn() const { return flags & tcpflag::kSyn; }
   bool ack_flag() const { return flags & tcpflag::kAck; }
