@@ -222,7 +222,7 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   }
   if (!f.scale_known) {
     count(counters_, dir, Outcome::kUnregulated);
-    return {};
+    return {.outcome = Outcome::kUnregulated, .modified = false};
   }
 
   // --- The knob ---------------------------------------------------------------------
