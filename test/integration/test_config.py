@@ -1,0 +1,114 @@
+"""Configuration: --check-config exit codes and one-line messages; SIGHUP applies a changed
+static window to existing flows without losing their state; a bad file on SIGHUP keeps the
+running configuration."""
+
+import math
+import subprocess
+import time
+
+import pytest
+
+from helpers import static_cfg
+from topo import DEFAULT_CONFIG, REPO, deep_merge, to_yaml
+from wire import Conn, check_window
+
+GOOD = to_yaml(deep_merge(DEFAULT_CONFIG, static_cfg(uplink=16384)))
+
+BAD = [
+    # (label, YAML text, a word the message must name)
+    ("unknown top-level key", GOOD + "frobnicate: 1\n", "frobnicate"),
+    ("unknown nested key", GOOD.replace("static_window_bytes: 16384",
+                                        "static_window_bytes: 16384\n  polcy: static"), "polcy"),
+    ("bad policy", GOOD.replace('policy: "static"', "policy: turbo"), "policy"),
+    ("rsfc on the downlink", GOOD.replace('downlink:\n  policy: "off"',
+                                          "downlink:\n  policy: rsfc"), "downlink"),
+    ("wrong type", GOOD.replace("min_window_bytes: 2920", "min_window_bytes: lots"),
+     "min_window_bytes"),
+    ("window below the floor", GOOD.replace("static_window_bytes: 16384",
+                                            "static_window_bytes: 1000"), "static_window_bytes"),
+    ("bad prefix", GOOD.replace('"198.18.0.0/16"', '"198.18.0.0/33"'), "subscriber_networks"),
+    ("queue out of range", GOOD.replace("queues: [0]", "queues: [70000]"), "queues"),
+    ("YAML syntax", "uplink: [\n", ""),
+]
+
+
+def _check(binary, path):
+    r = subprocess.run([str(binary), "--check-config", str(path)], capture_output=True,
+                       text=True, timeout=10)
+    return r.returncode, (r.stdout + r.stderr).strip()
+
+
+def test_check_config_accepts_good_files(prerequisites, tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD)
+    for path in (good, REPO / "conf" / "rsfcd.yaml"):
+        rc, out = _check(prerequisites, path)
+        assert rc == 0, f"--check-config {path}: exit {rc}: {out}"
+
+
+@pytest.mark.parametrize("label,text,word", BAD, ids=[b[0] for b in BAD])
+def test_check_config_rejects_bad_files(prerequisites, tmp_path, label, text, word):
+    assert text != GOOD, "test case did not change the good file"
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    rc, out = _check(prerequisites, path)
+    assert rc != 0, f"{label}: --check-config accepted it"
+    lines = out.splitlines()
+    assert len(lines) == 1, f"{label}: want a one-line message, got {lines}"
+    assert word in lines[0], f"{label}: message does not name {word!r}: {lines[0]}"
+
+
+def test_check_config_missing_file(prerequisites, tmp_path):
+    missing = tmp_path / "nope.yaml"
+    rc, out = _check(prerequisites, missing)
+    assert rc != 0 and len(out.splitlines()) == 1 and str(missing) in out, (rc, out)
+
+
+def _probe_until(conn, raw_want, start, timeout=3.0):
+    """Sends far-ahead ACKs (no right-edge holds) until one arrives with `raw_want`."""
+    off = start
+    deadline = time.monotonic() + timeout
+    got = None
+    while time.monotonic() < deadline:
+        off += 1_000_000
+        x = conn.to_phone(ack_off=off, window=0xFFFF)
+        got = x.got_window
+        if got == raw_want:
+            return off
+        time.sleep(0.05)
+    raise AssertionError(f"window never became {raw_want} (last {got})")
+
+
+def test_sighup_applies_to_existing_flows_and_bad_file_keeps_config(wire, rsfcd):
+    d = rsfcd(static_cfg(uplink=20000))
+    c = Conn(wire, srv_wscale=7)
+    c.handshake()
+    off = 1_000_000
+    check_window(c.to_phone(ack_off=off, window=0xFFFF), math.ceil(20000 / 128))
+
+    d.reload(static_cfg(uplink=8000))
+    off = _probe_until(c, math.ceil(8000 / 128), off)  # same flow: its state survived
+    m = d.metrics()
+    assert m.value("rsfcd_flows_created_total") == 1, "reload must not recreate flows"
+    assert m.value("rsfcd_flows_unregulated_total") == 0
+    assert m.value("rsfcd_flows_active") == 1
+
+    log_size = d.log_path.stat().st_size
+    d.reload(raw=to_yaml(deep_merge(DEFAULT_CONFIG, static_cfg(uplink=12000)))
+             .replace('policy: "static"', "policy: turbo"))
+    deadline = time.monotonic() + 3
+    while d.log_path.stat().st_size == log_size and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert d.alive(), f"rsfcd exited on a bad reload: {d.log_tail()}"
+    assert "turbo" in d.log_path.read_text(errors="replace")[log_size:] or \
+        "policy" in d.log_path.read_text(errors="replace")[log_size:], \
+        "the failed reload should be logged naming the bad key"
+    for _ in range(5):
+        off += 1_000_000
+        check_window(c.to_phone(ack_off=off, window=0xFFFF), math.ceil(8000 / 128))
+
+    # And a good reload after the bad one still works.
+    d.reload(static_cfg(uplink=12000))
+    _probe_until(c, math.ceil(12000 / 128), off)
+    assert d.metrics().value("rsfcd_flows_created_total") == 1
