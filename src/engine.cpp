@@ -69,6 +69,9 @@ void Engine::set_params(const EngineParams& params) {
 size_t Engine::active_flows() const {
   return flows_->size();
 }
+size_t Engine::bytes_per_flow() {
+  return sizeof(Flow) + sizeof(FlowRegulators) + FlowTable::kBucketsPerFlow * sizeof(uint32_t);
+}
 uint32_t Engine::flows_max() const {
   return flows_->capacity();
 }
