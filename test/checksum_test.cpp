@@ -168,6 +168,13 @@ TEST(SetTcpWindow, SameWindowCompleteLeavesBytesUntouched) {
   ASSERT_EQ(parse_packet(pkt, v), ParseError::kNone);
   set_tcp_window(pkt, v, 1234, ChecksumState::kComplete);
   EXPECT_EQ(pkt, orig);
+  // Even a 0xffff checksum field (which a no-op RFC 1624 update would turn into 0x0000).
+  s.checksum = 0xffff;
+  pkt = testpkt::build(s);
+  const std::vector<uint8_t> orig2 = pkt;
+  ASSERT_EQ(parse_packet(pkt, v), ParseError::kNone);
+  set_tcp_window(pkt, v, 1234, ChecksumState::kComplete);
+  EXPECT_EQ(pkt, orig2);
 }
 
 TEST(SetTcpWindow, OnlyWindowAndChecksumBytesChange) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <ostream>
 #include <random>
 #include <set>
 #include <string>
@@ -232,6 +233,10 @@ const ErrorCase kErrorCases[] = {
      "00010000"},
 };
 
+void PrintTo(const ErrorCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
 class ParseErrorCase : public ::testing::TestWithParam<ErrorCase> {};
 
 TEST_P(ParseErrorCase, ReturnsReason) {
@@ -434,6 +439,10 @@ const ValidCase kValidCases[] = {
      .checksum_valid = false},
 };
 
+void PrintTo(const ValidCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
 class ParseValidCase : public ::testing::TestWithParam<ValidCase> {};
 
 TEST_P(ParseValidCase, FillsView) {
@@ -560,6 +569,24 @@ TEST(ParseBuilder, Ipv6RoutingHeaderFinalDestination) {
     }
     EXPECT_EQ(tcp_checksum(pkt, v), v.checksum) << c.what;
   }
+}
+
+TEST(PacketBuilder, RendersForFailureMessages) {
+  const testpkt::TcpSpec s{.flags = tcpflag::kSyn | tcpflag::kAck,
+                           .window = 512,
+                           .mss = 1460,
+                           .wscale = 7,
+                           .sack_permitted = true};
+  EXPECT_EQ(testpkt::describe(s),
+            "IP 198.18.0.2.40000 > 198.19.0.2.443: Flags [S.], seq 1000, ack 0, win 512, "
+            "options [mss 1460,sackOK,wscale 7], length 0");
+  const std::vector<uint8_t> pkt = testpkt::build(s);
+  const std::string from_bytes = testpkt::describe(pkt);
+  EXPECT_NE(from_bytes.find("IP 198.18.0.2.40000 > 198.19.0.2.443: Flags [S.]"), std::string::npos)
+      << from_bytes;
+  EXPECT_NE(from_bytes.find("win 512, wscale 7"), std::string::npos) << from_bytes;
+  EXPECT_EQ(testpkt::describe(std::span<const uint8_t>()), "<unparsed: empty, 0 bytes>");
+  EXPECT_NE(testpkt::to_scapy(s).find("('WScale', 7)"), std::string::npos);
 }
 
 // Parses under ASan: every byte read must be inside the exactly-sized buffer.
