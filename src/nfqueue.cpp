@@ -360,6 +360,7 @@ Expected<NfQueue> NfQueue::open(const Options& opts) {
 }
 
 NfQueue::NfQueue(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+NfQueue::NfQueue() = default;
 NfQueue::NfQueue(NfQueue&&) noexcept = default;
 NfQueue& NfQueue::operator=(NfQueue&& o) noexcept {
   if (this != &o) {
@@ -377,6 +378,9 @@ int NfQueue::fd() const {
 }
 uint16_t NfQueue::queue_num() const {
   return impl_ ? impl_->opts.queue_num : 0;
+}
+uint32_t NfQueue::portid() const {
+  return impl_ ? impl_->sock.portid() : 0;
 }
 bool NfQueue::is_open() const {
   return impl_ && impl_->sock.is_open();

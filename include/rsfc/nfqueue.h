@@ -67,6 +67,7 @@ class NfQueue {
   // flag etc. is an Error whose message names the queue.
   static Expected<NfQueue> open(const Options& opts);
 
+  NfQueue();  // a closed queue (is_open() == false)
   NfQueue(NfQueue&&) noexcept;
   NfQueue& operator=(NfQueue&&) noexcept;
   NfQueue(const NfQueue&) = delete;
@@ -75,6 +76,7 @@ class NfQueue {
 
   int fd() const;
   uint16_t queue_num() const;
+  uint32_t portid() const;  // our netlink port id (the "portid" column of /proc stats)
   bool is_open() const;
   const QueueCounters& counters() const;
   // errno of the last error reply the kernel sent to a verdict/config message (0 = none).
