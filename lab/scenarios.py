@@ -1,0 +1,481 @@
+#!/usr/bin/python3
+"""Bloated-cellular-link scenarios: real kernel TCP (iperf3, CUBIC on phone and server) and
+ICMP RTT from the phone through an emulated cellular link (lab/shaping.py, in the bs
+namespace of lab/topo.py) with rsfcd on the gateway, for several uplink policies side by
+side in one run.
+
+Per policy, each test on a fresh topology (no queue, TCP metric cache or daemon state
+leaks from one test into the next):
+  dl    download alone                    (+ ping: the RTT the download alone causes)
+  ul    upload alone                      (+ ping)
+  both  download + concurrent upload      (+ ping: the phone's RTT under load)
+Throughput is the receiver's (iperf3 JSON intervals; the server's for uploads), averaged
+over the intervals after the warm-up; RTT percentiles over the same window.
+
+    /usr/bin/python3 lab/scenarios.py --scenario 3g
+    /usr/bin/python3 lab/scenarios.py --scenario lte --policies off,static:65536,rsfc
+    /usr/bin/python3 lab/scenarios.py --scenario 3g --validate     # the emulated link alone
+
+Policies: none (no rsfcd, no NFQUEUE on the gateway), off, observe, static:BYTES, rsfc.
+Needs root, iperf3, build/rsfcd and build/lab/rsfc-linkem (RSFC_BUILD_DIR=... otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import topo as topo_mod  # noqa: E402
+from shaping import Direction, LinkSpec, Shaping  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+OUT_DIR = REPO / "lab" / "out"
+KIB, MIB = 1024, 1024 * 1024
+DL_PORT, UL_PORT = 5201, 5202
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    link: LinkSpec
+    phone_timestamps: bool = True
+    # Targets (fractions / milliseconds) of the issue for rsfc.
+    min_dl_fraction: float = 0.90      # download with upload >= this x download alone
+    min_ul_fraction: float = 0.90      # upload with download >= this x unregulated upload
+    max_added_p95_ms: float = 100.0    # p95 under load <= download-alone p95 + this
+
+
+def _link(up_bps, up_buf, down_bps, down_buf, rtt_ms) -> LinkSpec:
+    return LinkSpec(up=Direction(up_bps, up_buf, rtt_ms / 2),
+                    down=Direction(down_bps, down_buf, rtt_ms / 2))
+
+
+SCENARIOS = {
+    "3g": Scenario("3g", "3G: up 2 Mbit/s 1 MiB buffer, down 7.2 Mbit/s 256 KiB, 40 ms base RTT",
+                   _link(2_000_000, 1 * MIB, 7_200_000, 256 * KIB, 40)),
+    "lte": Scenario("lte", "LTE: up 10 Mbit/s 2 MiB buffer, down 30 Mbit/s 1 MiB, 60 ms base RTT",
+                    _link(10_000_000, 2 * MIB, 30_000_000, 1 * MIB, 60)),
+    "3g-nots": Scenario("3g-nots", "3G as above, phone without TCP timestamps",
+                        _link(2_000_000, 1 * MIB, 7_200_000, 256 * KIB, 40),
+                        phone_timestamps=False, min_dl_fraction=0.80, min_ul_fraction=0.80,
+                        max_added_p95_ms=200.0),
+}
+
+DEFAULT_POLICIES = "off,static:8192,static:32768,rsfc"
+
+
+def policy_config(policy: str) -> dict | None:
+    """rsfcd config (merged over topo.DEFAULT_CONFIG) for an uplink policy; None = no daemon."""
+    if policy == "none":
+        return None
+    down = {"policy": "off"}
+    if policy.startswith("static:"):
+        return {"uplink": {"policy": "static", "static_window_bytes": int(policy[7:])},
+                "downlink": down}
+    if policy in ("off", "observe", "rsfc"):
+        return {"uplink": {"policy": policy}, "downlink": down}
+    raise ValueError(f"unknown policy {policy!r} (none, off, observe, static:BYTES, rsfc)")
+
+
+# ---- one test -------------------------------------------------------------------------
+@dataclass
+class TestResult:
+    policy: str
+    kind: str
+    dl_mbps: float | None = None
+    ul_mbps: float | None = None
+    rtt_p50_ms: float | None = None
+    rtt_p95_ms: float | None = None
+    ping_sent: int = 0
+    ping_lost: int = 0
+    dl_intervals: list = field(default_factory=list)
+    ul_intervals: list = field(default_factory=list)
+    ping_samples: list = field(default_factory=list)
+    linkem: list = field(default_factory=list)
+    tc: dict = field(default_factory=dict)
+    daemon_metrics: dict = field(default_factory=dict)
+    errors: list = field(default_factory=list)
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    # Nearest-rank: the smallest value with at least q of the samples at or below it.
+    k = max(0, min(len(v) - 1, int(-(-q * len(v) // 1)) - 1))
+    return v[k]
+
+
+def _receiver_intervals(report: dict, upload: bool) -> list[tuple[float, float, float]]:
+    """[(start_s, end_s, bits_per_second)] as the receiver saw them."""
+    src = report
+    if upload:
+        src = report.get("server_output_json") or {}
+    return [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"])
+            for i in src.get("intervals", [])]
+
+
+def _mean_rate(intervals, warmup: float) -> float | None:
+    """Bytes the receiver got in order from `warmup` to the end of its stream, per second.
+    To the end, not to the nominal duration: after a drop-tail loss the receiver sees a gap
+    of a full buffer's time and then a burst, so a window cut at a fixed time would count
+    the gap but not the burst. The tail (the buffer draining after the sender stopped) runs
+    at the link rate."""
+    sel = [(e - s, bps) for s, e, bps in intervals if s >= warmup - 1e-6]
+    while sel and sel[-1][1] == 0:  # after the last byte (the server waits for TEST_END)
+        sel.pop()
+    total = sum(d for d, _ in sel)
+    if total <= 0:
+        return None
+    return sum(d * bps for d, bps in sel) / total / 1e6
+
+
+def _wait_listening(t: topo_mod.Topology, role: str, port: int, timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = t.run(role, ["ss", "-Hltn", f"sport = :{port}"], check=False)
+        if r.stdout.strip():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {role}:{port} after {timeout}s")
+
+
+_SEQ = 0
+
+
+def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup: float,
+             engine: str = "tbf", workdir: Path | None = None, ping_interval: float = 0.1,
+             log=print) -> TestResult:
+    """One test on a fresh topology. kind: idle | dl | ul | both."""
+    global _SEQ
+    _SEQ += 1
+    name = f"lbs{os.getpid() % 100000}t{_SEQ}"
+    res = TestResult(policy=policy, kind=kind)
+    cfg = policy_config(policy)
+    wd = (workdir or Path("/tmp/rsfc-lab")) / f"{scenario.name}-{policy.replace(':', '')}-{kind}"
+    with topo_mod.Topology(name, cc_phone="cubic", cc_srv="cubic",
+                           phone_timestamps=scenario.phone_timestamps, workdir=wd) as t:
+        with Shaping(t, scenario.link, engine=engine) as shaping:
+            daemon = None
+            if cfg is not None:
+                t.nfqueue_rules([0])
+                daemon = topo_mod.Daemon(t, cfg)
+            procs = {}
+            cc = ["-C", "cubic"]
+            if kind in ("dl", "both"):
+                t.popen("srv", ["iperf3", "-s", "-1", "-J", "-p", str(DL_PORT)],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                _wait_listening(t, "srv", DL_PORT)
+            if kind in ("ul", "both"):
+                t.popen("srv", ["iperf3", "-s", "-1", "-J", "-p", str(UL_PORT)],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                _wait_listening(t, "srv", UL_PORT)
+            procs["ping"] = t.popen("phone", ["/usr/bin/python3", str(REPO / "lab" / "pinger.py"),
+                                              topo_mod.SRV4, "--interval", str(ping_interval),
+                                              "--duration", str(duration), "--linger", "6"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            secs = str(int(round(duration)))
+            if kind in ("dl", "both"):
+                procs["dl"] = t.popen("phone", ["iperf3", "-c", topo_mod.SRV4, "-p", str(DL_PORT),
+                                                "-R", *cc, "-t", secs, "-i", "1", "-J"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            if kind in ("ul", "both"):
+                procs["ul"] = t.popen("phone", ["iperf3", "-c", topo_mod.SRV4, "-p", str(UL_PORT),
+                                                *cc, "-t", secs, "-i", "1", "-J",
+                                                "--get-server-output"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            outs = {}
+            for key, p in procs.items():
+                try:
+                    out, err = p.communicate(timeout=duration + 90)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    out, err = p.communicate()
+                    res.errors.append(f"{key}: timed out")
+                outs[key] = out
+                if p.returncode != 0:
+                    res.errors.append(f"{key}: exit {p.returncode}: {(err or out)[-300:]}")
+            res.linkem = shaping.linkem_stats()
+            res.tc = shaping.tc_stats()
+            if daemon is not None:
+                if not daemon.alive():
+                    res.errors.append(f"rsfcd died: {daemon.log_tail(5)}")
+                else:
+                    try:
+                        m = daemon.metrics()
+                        res.daemon_metrics = {k: sum(v.values()) for k, v in m.items()}
+                    except Exception as e:  # noqa: BLE001 (diagnostics only)
+                        res.errors.append(f"metrics: {e}")
+                daemon.stop()
+            if not shaping.alive():
+                res.errors.append("rsfc-linkem died")
+    for key, upload in (("dl", False), ("ul", True)):
+        if key not in outs:
+            continue
+        try:
+            report = json.loads(outs[key])
+        except json.JSONDecodeError:
+            res.errors.append(f"{key}: no iperf3 JSON")
+            continue
+        if report.get("error"):
+            res.errors.append(f"{key}: iperf3: {report['error']}")
+        iv = _receiver_intervals(report, upload)
+        rate = _mean_rate(iv, warmup)
+        if key == "dl":
+            res.dl_intervals, res.dl_mbps = iv, rate
+        else:
+            res.ul_intervals, res.ul_mbps = iv, rate
+    try:
+        ping = json.loads(outs.get("ping") or "{}")
+        res.ping_samples = ping.get("samples", [])
+        win = [s for s in ping.get("samples", []) if warmup <= s[0] <= duration]
+        rtts = [r for _, r in win]
+        res.rtt_p50_ms = _percentile(rtts, 0.50)
+        res.rtt_p95_ms = _percentile(rtts, 0.95)
+        res.ping_sent = ping.get("sent", 0)
+        res.ping_lost = ping.get("lost", 0)
+    except json.JSONDecodeError:
+        res.errors.append("ping: no JSON")
+    for e in res.errors:
+        log(f"  ! {policy} {kind}: {e}")
+    return res
+
+
+# ---- the table ------------------------------------------------------------------------
+def _fmt(v, unit="", digits=2):
+    if v is None:
+        return "-"
+    return f"{v:.{digits}f}{unit}"
+
+
+def summarize(scenario: Scenario, results: dict[str, dict[str, TestResult]]) -> dict:
+    """Per policy: the numbers of the table and the target checks."""
+    summary = {}
+    ul_unregulated = None
+    if "off" in results and "ul" in results["off"]:
+        ul_unregulated = results["off"]["ul"].ul_mbps
+    for policy, tests in results.items():
+        dl, ul, both = tests.get("dl"), tests.get("ul"), tests.get("both")
+        s = {
+            "dl_alone_mbps": dl.dl_mbps if dl else None,
+            "ul_alone_mbps": ul.ul_mbps if ul else None,
+            "dl_with_ul_mbps": both.dl_mbps if both else None,
+            "ul_with_dl_mbps": both.ul_mbps if both else None,
+            "rtt_dl_alone_p50_ms": dl.rtt_p50_ms if dl else None,
+            "rtt_dl_alone_p95_ms": dl.rtt_p95_ms if dl else None,
+            "rtt_ul_alone_p50_ms": ul.rtt_p50_ms if ul else None,
+            "rtt_ul_alone_p95_ms": ul.rtt_p95_ms if ul else None,
+            "rtt_load_p50_ms": both.rtt_p50_ms if both else None,
+            "rtt_load_p95_ms": both.rtt_p95_ms if both else None,
+            "ping_load_loss_pct": (100.0 * both.ping_lost / both.ping_sent
+                                   if both and both.ping_sent else None),
+        }
+        base_ul = ul_unregulated if ul_unregulated else s["ul_alone_mbps"]
+        s["dl_fraction"] = (s["dl_with_ul_mbps"] / s["dl_alone_mbps"]
+                            if s["dl_with_ul_mbps"] is not None and s["dl_alone_mbps"] else None)
+        s["ul_fraction"] = (s["ul_with_dl_mbps"] / base_ul
+                            if s["ul_with_dl_mbps"] is not None and base_ul else None)
+        s["added_p95_ms"] = (s["rtt_load_p95_ms"] - s["rtt_dl_alone_p95_ms"]
+                             if s["rtt_load_p95_ms"] is not None
+                             and s["rtt_dl_alone_p95_ms"] is not None else None)
+        s["targets"] = {
+            "dl": s["dl_fraction"] is not None and s["dl_fraction"] >= scenario.min_dl_fraction,
+            "ul": s["ul_fraction"] is not None and s["ul_fraction"] >= scenario.min_ul_fraction,
+            "rtt": s["added_p95_ms"] is not None
+            and s["added_p95_ms"] <= scenario.max_added_p95_ms,
+        }
+        s["errors"] = [e for t in tests.values() for e in t.errors]
+        summary[policy] = s
+    # "At least as good as the best static on each column" (rsfc only).
+    statics = [p for p in summary if p.startswith("static:")]
+    if "rsfc" in summary and statics:
+        r = summary["rsfc"]
+        better = {}
+        for key, higher_is_better in (("dl_with_ul_mbps", True), ("ul_with_dl_mbps", True),
+                                      ("rtt_load_p95_ms", False)):
+            vals = [summary[p][key] for p in statics if summary[p][key] is not None]
+            if not vals or r[key] is None:
+                better[key] = None
+                continue
+            best = max(vals) if higher_is_better else min(vals)
+            # 3 % (throughput) / 10 ms (RTT) of measurement noise count as a tie.
+            better[key] = (r[key] >= best * 0.97) if higher_is_better else (r[key] <= best + 10)
+        r["vs_best_static"] = better
+    return summary
+
+
+def format_table(scenario: Scenario, summary: dict, duration: float, warmup: float) -> str:
+    policies = list(summary)
+    rows = [
+        ("download alone [Mbit/s]", lambda s: _fmt(s["dl_alone_mbps"])),
+        ("upload alone [Mbit/s]", lambda s: _fmt(s["ul_alone_mbps"])),
+        ("download w/ upload [Mbit/s]", lambda s: _fmt(s["dl_with_ul_mbps"])),
+        ("  = % of download alone", lambda s: _pct(s["dl_fraction"], s["targets"]["dl"])),
+        ("upload w/ download [Mbit/s]", lambda s: _fmt(s["ul_with_dl_mbps"])),
+        ("  = % of unregulated upload", lambda s: _pct(s["ul_fraction"], s["targets"]["ul"])),
+        ("RTT dl alone p50/p95 [ms]",
+         lambda s: f"{_fmt(s['rtt_dl_alone_p50_ms'], digits=0)}/"
+                   f"{_fmt(s['rtt_dl_alone_p95_ms'], digits=0)}"),
+        ("RTT ul alone p50/p95 [ms]",
+         lambda s: f"{_fmt(s['rtt_ul_alone_p50_ms'], digits=0)}/"
+                   f"{_fmt(s['rtt_ul_alone_p95_ms'], digits=0)}"),
+        ("RTT under load p50/p95 [ms]",
+         lambda s: f"{_fmt(s['rtt_load_p50_ms'], digits=0)}/"
+                   f"{_fmt(s['rtt_load_p95_ms'], digits=0)}"),
+        ("  p95 added by the upload [ms]",
+         lambda s: _fmt(s["added_p95_ms"], digits=0) + (" ok" if s["targets"]["rtt"] else "")),
+        ("ping loss under load [%]", lambda s: _fmt(s["ping_load_loss_pct"], digits=1)),
+    ]
+    width0 = max(len(r[0]) for r in rows) + 2
+    cols = [max(12, len(p) + 2) for p in policies]
+    lines = [f"scenario {scenario.name}: {scenario.description}",
+             f"duration {duration:g} s per test, first {warmup:g} s skipped; targets: download "
+             f">= {scenario.min_dl_fraction:.0%}, upload >= {scenario.min_ul_fraction:.0%}, "
+             f"p95 added <= {scenario.max_added_p95_ms:g} ms ('ok' = met)"]
+    lines.append("".ljust(width0) + "".join(p.rjust(w) for p, w in zip(policies, cols)))
+    for label, f in rows:
+        lines.append(label.ljust(width0) + "".join(f(summary[p]).rjust(w)
+                                                   for p, w in zip(policies, cols)))
+    r = summary.get("rsfc", {}).get("vs_best_static")
+    if r:
+        def yn(v):
+            return "-" if v is None else ("yes" if v else "NO")
+        lines.append(f"rsfc vs best static: download {yn(r['dl_with_ul_mbps'])}, upload "
+                     f"{yn(r['ul_with_dl_mbps'])}, p95 RTT {yn(r['rtt_load_p95_ms'])}")
+    errs = [(p, e) for p in policies for e in summary[p]["errors"]]
+    for p, e in errs:
+        lines.append(f"error [{p}]: {e}")
+    return "\n".join(lines)
+
+
+def _pct(frac, ok):
+    if frac is None:
+        return "-"
+    return f"{100 * frac:.0f}%" + (" ok" if ok else "")
+
+
+# ---- validation of the emulated link ---------------------------------------------------
+def validate(scenario: Scenario, engine: str, duration: float, warmup: float, log=print) -> dict:
+    """The link alone (no rsfcd): idle RTT vs base RTT, single-flow CUBIC goodput vs rate,
+    and the RTT with a full buffer vs base RTT + buffer/rate."""
+    link = scenario.link
+    # Goodput per wire byte: TBF counts the Ethernet header, linkem the IP packet.
+    hdr = 40 + (12 if scenario.phone_timestamps else 0)
+    l2 = 14 if engine == "tbf" else 0
+    eff = (1500 - hdr) / (1500 + l2)
+    idle = run_test(scenario, "none", "idle", min(duration, 10), 1, engine=engine, log=log)
+    dl = run_test(scenario, "none", "dl", duration, warmup, engine=engine, log=log)
+    ul = run_test(scenario, "none", "ul", duration, warmup, engine=engine, log=log)
+    max_rtt_ul = max((r for _, r in ul.ping_samples), default=None)
+    max_rtt_dl = max((r for _, r in dl.ping_samples), default=None)
+    v = {
+        "engine": engine,
+        "base_rtt_ms": link.base_rtt_ms,
+        "idle_rtt_p50_ms": idle.rtt_p50_ms, "idle_rtt_p95_ms": idle.rtt_p95_ms,
+        "dl_rate_mbps": link.down.rate_bps / 1e6, "dl_goodput_expected_mbps":
+            link.down.rate_bps * eff / 1e6, "dl_goodput_mbps": dl.dl_mbps,
+        "ul_rate_mbps": link.up.rate_bps / 1e6, "ul_goodput_expected_mbps":
+            link.up.rate_bps * eff / 1e6, "ul_goodput_mbps": ul.ul_mbps,
+        # A full uplink buffer (the upload fills it) adds buffer/rate to the RTT.
+        "ul_full_buffer_rtt_expected_ms": link.base_rtt_ms
+            + link.up.buffer_bytes * 8 / link.up.rate_bps * 1000,
+        "ul_max_rtt_ms": max_rtt_ul, "ul_rtt_p95_ms": ul.rtt_p95_ms,
+        "dl_full_buffer_rtt_expected_ms": link.base_rtt_ms
+            + link.down.buffer_bytes * 8 / link.down.rate_bps * 1000,
+        "dl_max_rtt_ms": max_rtt_dl, "dl_rtt_p95_ms": dl.rtt_p95_ms,
+        "linkem": {"idle": idle.linkem, "dl": dl.linkem, "ul": ul.linkem},
+        "errors": idle.errors + dl.errors + ul.errors,
+    }
+    return v
+
+
+def format_validation(scenario: Scenario, v: dict) -> str:
+    return "\n".join([
+        f"validation of the emulated link, scenario {scenario.name} (engine {v['engine']}, "
+        f"no rsfcd)",
+        f"  idle RTT p50/p95         {_fmt(v['idle_rtt_p50_ms'], digits=1)}/"
+        f"{_fmt(v['idle_rtt_p95_ms'], digits=1)} ms   (base {v['base_rtt_ms']:g} ms)",
+        f"  download goodput         {_fmt(v['dl_goodput_mbps'])} Mbit/s   (rate "
+        f"{v['dl_rate_mbps']:g}, goodput at full rate {v['dl_goodput_expected_mbps']:.2f})",
+        f"  upload goodput           {_fmt(v['ul_goodput_mbps'])} Mbit/s   (rate "
+        f"{v['ul_rate_mbps']:g}, goodput at full rate {v['ul_goodput_expected_mbps']:.2f})",
+        f"  RTT, upload alone        max {_fmt(v['ul_max_rtt_ms'], digits=0)} p95 "
+        f"{_fmt(v['ul_rtt_p95_ms'], digits=0)} ms   (base + full uplink buffer "
+        f"{v['ul_full_buffer_rtt_expected_ms']:.0f})",
+        f"  RTT, download alone      max {_fmt(v['dl_max_rtt_ms'], digits=0)} p95 "
+        f"{_fmt(v['dl_rtt_p95_ms'], digits=0)} ms   (base + full downlink buffer "
+        f"{v['dl_full_buffer_rtt_expected_ms']:.0f})",
+    ] + [f"  error: {e}" for e in v["errors"]])
+
+
+# ---- main -----------------------------------------------------------------------------
+def run_scenario(scenario: Scenario, policies: list[str], duration: float, warmup: float,
+                 engine: str = "tbf", kinds=("dl", "ul", "both"), log=print):
+    results: dict[str, dict[str, TestResult]] = {}
+    for policy in policies:
+        policy_config(policy)  # reject a bad policy before running anything
+    for policy in policies:
+        results[policy] = {}
+        for kind in kinds:
+            t0 = time.monotonic()
+            r = run_test(scenario, policy, kind, duration, warmup, engine=engine, log=log)
+            results[policy][kind] = r
+            log(f"  {scenario.name} {policy:>14} {kind:>4}: dl {_fmt(r.dl_mbps)} ul "
+                f"{_fmt(r.ul_mbps)} Mbit/s, RTT p50/p95 {_fmt(r.rtt_p50_ms, digits=0)}/"
+                f"{_fmt(r.rtt_p95_ms, digits=0)} ms ({time.monotonic() - t0:.0f} s)")
+    return results
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", default="3g", choices=sorted(SCENARIOS))
+    ap.add_argument("--policies", default=DEFAULT_POLICIES,
+                    help=f"comma-separated (default {DEFAULT_POLICIES})")
+    ap.add_argument("--duration", type=float, default=40, help="seconds per test")
+    ap.add_argument("--warmup", type=float, default=10, help="seconds skipped per test")
+    ap.add_argument("--engine", default="tbf", choices=("tbf", "linkem"),
+                    help="bottleneck: kernel TBF (default) or rsfc-linkem's own")
+    ap.add_argument("--validate", action="store_true",
+                    help="measure the emulated link alone (no rsfcd) instead")
+    ap.add_argument("--json", help="output file (default lab/out/<scenario>-<time>.json)")
+    a = ap.parse_args(argv)
+    if a.warmup >= a.duration:
+        ap.error("--warmup must be shorter than --duration")
+    scenario = SCENARIOS[a.scenario]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_path = Path(a.json) if a.json else OUT_DIR / f"{scenario.name}-{stamp}.json"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"scenario": scenario.name, "description": scenario.description,
+            "link": scenario.link.to_dict(), "phone_timestamps": scenario.phone_timestamps,
+            "duration_s": a.duration, "warmup_s": a.warmup, "engine": a.engine,
+            "kernel": os.uname().release, "time": stamp}
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    if a.validate:
+        v = validate(scenario, a.engine, a.duration, a.warmup, log=log)
+        out_path.write_text(json.dumps({"meta": meta, "validation": v}, indent=1))
+        print(format_validation(scenario, v))
+        print(f"(JSON: {out_path})")
+        return 1 if v["errors"] else 0
+    policies = [p.strip() for p in a.policies.split(",") if p.strip()]
+    results = run_scenario(scenario, policies, a.duration, a.warmup, engine=a.engine, log=log)
+    summary = summarize(scenario, results)
+    out_path.write_text(json.dumps({
+        "meta": meta, "summary": summary,
+        "tests": {p: {k: vars(r) for k, r in t.items()} for p, t in results.items()},
+    }, indent=1))
+    print(format_table(scenario, summary, a.duration, a.warmup))
+    print(f"(JSON: {out_path})")
+    return 1 if any(s["errors"] for s in summary.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+#!/usr/bin/python3
+"""The emulated cellular link, applied inside the "base station" (bs) namespace of a
+lab/topo.py Topology:
+
+    phone eth0 ── phone0 [bs] gw0 ── ran0 gw ...
+                   ▲           ▲
+      downlink bottleneck    uplink bottleneck     (egress of each bs interface)
+      + downlink delay       + uplink delay        (rsfc-linkem on NFQUEUE, FORWARD -i ...)
+
+Why a separate namespace: a queue on the phone's own interface is capped by TCP Small
+Queues (~130 KB per flow) and never bloats like a cellular buffer; forwarded packets are
+not (veth orphans them), so a drop-tail buffer here fills like a real one.
+
+Per direction: a one-way propagation delay and a bottleneck (rate + drop-tail buffer in
+bytes), or a capacity trace instead of the rate. Two bottleneck engines:
+  - "tbf":    the kernel's TBF on the bs egress (rate + byte FIFO); linkem only delays.
+  - "linkem": rsfc-linkem does rate/trace + buffer + delay (needed for traces).
+The kernel here has no netem, so the delay is always rsfc-linkem (NFQUEUE, copy-meta, no
+fail-open, queue numbers of the bs namespace's own).
+
+    with Topology("lb1") as t, Shaping(t, LinkSpec.symmetric_rtt(...)) as s:
+        ...
+        print(s.linkem_stats())
+
+CLI (on a topology left up by `lab/topo.py up --name X`):
+    lab/shaping.py apply --name X --scenario 3g      # stays in the foreground until Ctrl-C
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import topo as topo_mod  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+UPLINK_QUEUE = 10    # NFQUEUE numbers inside the bs namespace (not the gateway's)
+DOWNLINK_QUEUE = 11
+
+
+@dataclass
+class Direction:
+    """One direction of the cellular link."""
+    rate_bps: int = 0          # bottleneck rate; 0 = none (unless trace)
+    buffer_bytes: int = 0      # drop-tail buffer of the bottleneck; 0 = unlimited
+    delay_ms: float = 0.0      # one-way propagation delay
+    trace: str | None = None   # Mahimahi trace file (linkem engine only)
+
+    def linkem_arg(self, queue_num: int, with_bottleneck: bool) -> str:
+        parts = [f"queue={queue_num}", f"delay={self.delay_ms:g}ms"]
+        if with_bottleneck:
+            if self.trace:
+                parts.append(f"trace={self.trace}")
+            elif self.rate_bps:
+                parts.append(f"rate={self.rate_bps}")
+            if self.buffer_bytes:
+                parts.append(f"buffer={self.buffer_bytes}")
+        return ",".join(parts)
+
+
+@dataclass
+class LinkSpec:
+    up: Direction = field(default_factory=Direction)
+    down: Direction = field(default_factory=Direction)
+
+    @property
+    def base_rtt_ms(self) -> float:
+        return self.up.delay_ms + self.down.delay_ms
+
+    def to_dict(self) -> dict:
+        return {"up": asdict(self.up), "down": asdict(self.down), "base_rtt_ms": self.base_rtt_ms}
+
+
+def linkem_binary() -> Path:
+    build = os.environ.get("RSFC_BUILD_DIR")
+    return (Path(build) if build else REPO / "build") / "lab" / "rsfc-linkem"
+
+
+class Shaping:
+    """Applies a LinkSpec in the bs namespace; removes it on exit (the namespace itself
+    belongs to the Topology)."""
+
+    def __init__(self, topo: topo_mod.Topology, link: LinkSpec, engine: str = "tbf",
+                 binary: Path | None = None, realtime: bool = True):
+        if engine not in ("tbf", "linkem"):
+            raise ValueError(f"unknown bottleneck engine {engine!r}")
+        if engine == "tbf" and (link.up.trace or link.down.trace):
+            raise ValueError("capacity traces need engine='linkem'")
+        self.topo = topo
+        self.link = link
+        self.engine = engine
+        self.binary = Path(binary) if binary else linkem_binary()
+        self.realtime = realtime
+        self.proc: subprocess.Popen | None = None
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._reader: threading.Thread | None = None
+        self.final_stats: list[dict] | None = None
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def _script(self, name: str, *args) -> None:
+        self.topo.node_script("bs", name, *[str(a) for a in args])
+
+    def start(self) -> "Shaping":
+        if not self.binary.exists():
+            raise RuntimeError(f"rsfc-linkem not found at {self.binary} "
+                               f"(build target rsfc-linkem; set RSFC_BUILD_DIR)")
+        phone_if = self.topo.iface("bs", "phone")
+        core_if = self.topo.iface("bs", "gw")
+        if self.engine == "tbf":
+            # Uplink leaves bs towards the gateway, downlink towards the phone.
+            for dev, d in ((core_if, self.link.up), (phone_if, self.link.down)):
+                if d.rate_bps:
+                    self._script("bs-bottleneck.sh", dev, d.rate_bps, d.buffer_bytes or 100_000_000)
+        with_bottleneck = self.engine == "linkem"
+        argv = [str(self.binary),
+                "--link", self.link.up.linkem_arg(UPLINK_QUEUE, with_bottleneck),
+                "--link", self.link.down.linkem_arg(DOWNLINK_QUEUE, with_bottleneck)]
+        if self.realtime:
+            argv.append("--realtime")
+        self.log_path = self.topo.workdir / "linkem.log"
+        self.topo.workdir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = self.topo.popen("bs", argv, stdout=subprocess.PIPE, stderr=log,
+                                        stdin=subprocess.DEVNULL, text=True, bufsize=1)
+        finally:
+            log.close()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        try:
+            line = self._lines.get(timeout=10)
+        except queue.Empty:
+            line = None
+        if line != "ready":
+            raise RuntimeError(f"rsfc-linkem did not start ({line!r}); see {self.log_path}")
+        self._script("bs-delay.sh", UPLINK_QUEUE, DOWNLINK_QUEUE, phone_if, core_if)
+        return self
+
+    def _read(self) -> None:
+        assert self.proc and self.proc.stdout
+        for line in self.proc.stdout:
+            self._lines.put(line.strip())
+
+    def _collect(self, n: int, timeout: float) -> list[dict]:
+        out = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line.startswith("{"):
+                out.append(json.loads(line))
+        return out
+
+    def linkem_stats(self) -> list[dict]:
+        """Counters of both directions now: [uplink, downlink]."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.final_stats or []
+        os.kill(self.proc.pid, signal.SIGUSR1)
+        return self._collect(2, 3)
+
+    def tc_stats(self) -> dict:
+        """`tc -s -j qdisc` of both bs interfaces (TBF engine: drops and backlog)."""
+        out = {}
+        for name, towards in (("up", "gw"), ("down", "phone")):
+            r = self.topo.run("bs", ["tc", "-s", "-j", "qdisc", "show", "dev",
+                                     self.topo.iface("bs", towards)], check=False)
+            try:
+                out[name] = json.loads(r.stdout)
+            except json.JSONDecodeError:
+                out[name] = []
+        return out
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        try:
+            if self.topo._up:
+                self.topo.node_script("bs", "bs-delay.sh", "--flush")
+                for towards in ("gw", "phone"):
+                    self._script("bs-bottleneck.sh", self.topo.iface("bs", towards), "--clear")
+        except Exception:
+            pass
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+            if self._reader:
+                self._reader.join(timeout=2)
+            self.final_stats = self._collect(2, 0.5)
+        self.proc = None
+
+
+def main(argv=None) -> int:
+    import scenarios  # the scenario table lives there
+    ap = argparse.ArgumentParser(description="apply an emulated cellular link to a lab "
+                                 "topology left up by `lab/topo.py up`")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap_apply = sub.add_parser("apply", help="apply until Ctrl-C, then remove")
+    ap_apply.add_argument("--name", required=True)
+    ap_apply.add_argument("--scenario", default="3g", choices=sorted(scenarios.SCENARIOS))
+    ap_apply.add_argument("--engine", default="tbf", choices=("tbf", "linkem"))
+    a = ap.parse_args(argv)
+    t = topo_mod.Topology(a.name)
+    t._up = True  # attach to an existing topology (its namespaces are not ours to delete)
+    link = scenarios.SCENARIOS[a.scenario].link
+    s = Shaping(t, link, engine=a.engine)
+    s.start()
+    print(f"{a.scenario} applied in {t.ns('bs')}: {json.dumps(link.to_dict())}; Ctrl-C removes it")
+    try:
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    except KeyboardInterrupt:
+        pass
+    s.stop()
+    print(json.dumps(s.final_stats))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
