@@ -147,8 +147,9 @@ struct KernelQueueStats {
 
 // Parses the file's text (one line per bound queue).
 std::vector<KernelQueueStats> parse_kernel_queue_stats(std::string_view text);
-// Reads /proc/net/netfilter/nfnetlink_queue of the calling thread's network namespace.
+// Reads the nfnetlink_queue table of the calling thread's network namespace
+// (/proc/thread-self/net/...: /proc/net follows the process's first thread, not the caller).
 Expected<std::vector<KernelQueueStats>> read_kernel_queue_stats(
-    const char* path = "/proc/net/netfilter/nfnetlink_queue");
+    const char* path = "/proc/thread-self/net/netfilter/nfnetlink_queue");
 
 }  // namespace rsfc

@@ -1,0 +1,437 @@
+// Tests of the I/O shell's pieces: address parsing, /proc stats parsing, log lines, the
+// decision log, the /metrics HTTP server, libevent wrappers, and NfQueue against the real
+// kernel inside a private network namespace (skipped when that is not possible).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rsfc/decision_log.h"
+#include "rsfc/event_loop.h"
+#include "rsfc/http_metrics.h"
+#include "rsfc/log.h"
+#include "rsfc/nfqueue.h"
+
+namespace rsfc {
+namespace {
+
+// ---- metrics.listen parsing ---------------------------------------------------------------
+struct ListenCase {
+  const char* text;
+  bool ok;
+  const char* host;
+  uint16_t port;
+};
+
+class ListenAddressTest : public ::testing::TestWithParam<ListenCase> {};
+
+TEST_P(ListenAddressTest, Parses) {
+  const ListenCase& c = GetParam();
+  auto r = parse_listen_address(c.text);
+  ASSERT_EQ(r.has_value(), c.ok) << c.text;
+  if (c.ok) {
+    EXPECT_EQ(r->host, c.host);
+    EXPECT_EQ(r->port, c.port);
+  } else {
+    EXPECT_NE(r.error().message.find(c.text), std::string::npos) << r.error().message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ListenAddressTest,
+    ::testing::Values(
+        ListenCase{"127.0.0.1:9477", true, "127.0.0.1", 9477},
+        ListenCase{"0.0.0.0:1", true, "0.0.0.0", 1}, ListenCase{"[::1]:9477", true, "::1", 9477},
+        ListenCase{"[2001:db8::5]:65535", true, "2001:db8::5", 65535},
+        ListenCase{"127.0.0.1:0", true, "127.0.0.1", 0}, ListenCase{"127.0.0.1", false, "", 0},
+        ListenCase{"127.0.0.1:", false, "", 0}, ListenCase{"127.0.0.1:65536", false, "", 0},
+        ListenCase{"127.0.0.1:9x", false, "", 0}, ListenCase{"localhost:9477", false, "", 0},
+        ListenCase{"::1:9477", false, "", 0}, ListenCase{"[::1]9477", false, "", 0},
+        ListenCase{"[127.0.0.1]:9477", false, "", 0}),
+    [](const auto& p) { return "case" + std::to_string(p.index); });
+
+// ---- /proc/net/netfilter/nfnetlink_queue ----------------------------------------------------
+TEST(KernelQueueStats, ParsesKernelLines) {
+  const char* text =
+      "    0  16868  5187 2 65531     0     0    10106  1\n"
+      "    1 4126225580     0 2 65531     7     9        0  1\n"
+      "garbage line\n";
+  auto v = parse_kernel_queue_stats(text);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].queue_num, 0);
+  EXPECT_EQ(v[0].portid, 16868u);
+  EXPECT_EQ(v[0].queue_total, 5187u);
+  EXPECT_EQ(v[0].copy_mode, 2u);
+  EXPECT_EQ(v[0].copy_range, 65531u);
+  EXPECT_EQ(v[0].id_sequence, 10106u);
+  EXPECT_EQ(v[1].portid, 4126225580u);
+  EXPECT_EQ(v[1].queue_dropped, 7u);
+  EXPECT_EQ(v[1].queue_user_dropped, 9u);
+  EXPECT_TRUE(parse_kernel_queue_stats("").empty());
+}
+
+// ---- log lines -------------------------------------------------------------------------------
+TEST(Log, FormatsOneTimestampedLine) {
+  char buf[256];
+  // 2021-01-02T03:04:05.678Z
+  const long long ns = 1609556645678LL * 1'000'000 + 999;
+  const size_t n = log::format_line(buf, sizeof(buf), ns, LogLevel::kWarn, "two\nlines\n");
+  EXPECT_EQ(std::string(buf, n), "2021-01-02T03:04:05.678Z warn: two lines\n");
+}
+
+TEST(Log, TruncatesButKeepsTheNewline) {
+  char buf[80];
+  const std::string long_msg(500, 'x');
+  const size_t n = log::format_line(buf, sizeof(buf), 0, LogLevel::kError, long_msg);
+  ASSERT_EQ(n, sizeof(buf));  // full line, no NUL needed: the length is returned
+  EXPECT_EQ(buf[n - 1], '\n');
+  EXPECT_EQ(std::string(buf, n).find('\n'), n - 1);
+}
+
+TEST(Log, FiltersByLevel) {
+  const LogLevel saved = log::level();
+  log::set_level(LogLevel::kWarn);
+  ::testing::internal::CaptureStderr();
+  log::info("hidden %d", 1);
+  log::warn("shown %d", 2);
+  log::error("shown %s", "three");
+  const std::string out = ::testing::internal::GetCapturedStderr();
+  log::set_level(saved);
+  EXPECT_EQ(out.find("hidden"), std::string::npos) << out;
+  EXPECT_NE(out.find(" warn: shown 2\n"), std::string::npos) << out;
+  EXPECT_NE(out.find(" error: shown three\n"), std::string::npos) << out;
+}
+
+// ---- decision log ----------------------------------------------------------------------------
+DecisionRecord sample_record() {
+  DecisionRecord r;
+  r.time = 123456789;
+  const uint8_t sub[4] = {198, 18, 0, 2};
+  r.subscriber = IpAddr::v4(sub);
+  uint8_t peer[16] = {0x20, 0x01, 0x0d, 0xb8};
+  peer[15] = 1;
+  r.peer = IpAddr::v6(peer);
+  r.subscriber_port = 40000;
+  r.peer_port = 443;
+  r.knob = "uplink";
+  r.state = "fast";
+  r.tick_ms = 4;
+  r.t_buff_ms = 12.5;
+  r.rate_bps = 250000;
+  r.rtt_min_ms = 30;
+  r.rtt_ms = NAN;
+  r.window_bytes = 65535;
+  r.timestamps = true;
+  return r;
+}
+
+TEST(DecisionLog, FormatsJsonLine) {
+  char buf[1024];
+  const size_t n = format_decision_json(sample_record(), buf, sizeof(buf));
+  ASSERT_GT(n, 0u);
+  EXPECT_EQ(std::string(buf, n),
+            "{\"time_ns\":123456789,\"subscriber\":\"198.18.0.2\",\"subscriber_port\":40000,"
+            "\"peer\":\"2001:db8::1\",\"peer_port\":443,\"knob\":\"uplink\",\"state\":\"fast\","
+            "\"tick_ms\":4,\"t_buff_ms\":12.5,\"rate_bps\":250000,\"rtt_min_ms\":30,"
+            "\"rtt_ms\":null,\"window_bytes\":65535,\"timestamps\":true}\n");
+  EXPECT_EQ(format_decision_json(sample_record(), buf, 40), 0u);  // too small: nothing
+}
+
+TEST(DecisionLog, EscapesStrings) {
+  DecisionRecord r = sample_record();
+  r.state = "a\"b\\c\n";
+  char buf[1024];
+  const size_t n = format_decision_json(r, buf, sizeof(buf));
+  EXPECT_NE(std::string(buf, n).find("\"state\":\"a\\\"b\\\\c\\u000a\""), std::string::npos)
+      << std::string(buf, n);
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+TEST(DecisionLog, BuffersUntilFlushAndReopensAfterRotation) {
+  char dir_tmpl[] = "/tmp/rsfc_io_test_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_tmpl), nullptr);
+  const std::string dir = dir_tmpl;
+  const std::string path = dir + "/decisions.jsonl";
+  {
+    auto f = DecisionLogFile::open(path);
+    ASSERT_TRUE(f.has_value()) << f.error().message;
+    auto& log_file = *f.value();
+    for (int i = 0; i < 3; ++i) log_file.on_decision(sample_record());
+    EXPECT_TRUE(read_lines(path).empty());  // buffered
+    ASSERT_TRUE(log_file.flush().has_value());
+    EXPECT_EQ(read_lines(path).size(), 3u);
+    ASSERT_EQ(std::rename(path.c_str(), (path + ".1").c_str()), 0);  // logrotate
+    log_file.on_decision(sample_record());
+    ASSERT_TRUE(log_file.reopen().has_value());  // flushes into the old file first
+    log_file.on_decision(sample_record());
+    log_file.on_decision(sample_record());
+    EXPECT_EQ(log_file.records(), 6u);
+  }  // destructor flushes
+  EXPECT_EQ(read_lines(path + ".1").size(), 4u);
+  EXPECT_EQ(read_lines(path).size(), 2u);
+  // A buffer much smaller than the records written: flushed as it fills, nothing lost.
+  {
+    auto f = DecisionLogFile::open(path, 4096);
+    ASSERT_TRUE(f.has_value());
+    for (int i = 0; i < 1000; ++i) f.value()->on_decision(sample_record());
+  }
+  EXPECT_EQ(read_lines(path).size(), 1002u);
+  for (const auto& l : read_lines(path)) ASSERT_EQ(l.front(), '{');
+  std::remove(path.c_str());
+  std::remove((path + ".1").c_str());
+  rmdir(dir.c_str());
+  EXPECT_FALSE(DecisionLogFile::open("/nonexistent-dir/x.jsonl").has_value());
+}
+
+// ---- libevent wrappers + HTTP ---------------------------------------------------------------
+std::string http_get(uint16_t port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    close(fd);
+    return "connect failed";
+  }
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: x\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string resp;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return resp;
+}
+
+TEST(MetricsHttp, ServesMetricsAnd404) {
+  ASSERT_TRUE(enable_event_threads().has_value());
+  auto base = EventBase::create();
+  ASSERT_TRUE(base.has_value());
+  int renders = 0;
+  auto server = MetricsHttpServer::start(*base, "127.0.0.1:0", [&] {
+    ++renders;
+    return std::string("rsfcd_test_metric 42\n");
+  });
+  ASSERT_TRUE(server.has_value()) << server.error().message;
+  const uint16_t port = server->port();
+  ASSERT_NE(port, 0);
+
+  // A second server on the same port fails with a message naming the address.
+  auto clash = MetricsHttpServer::start(*base, "127.0.0.1:" + std::to_string(port),
+                                        [] { return std::string(); });
+  ASSERT_FALSE(clash.has_value());
+  EXPECT_NE(clash.error().message.find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << clash.error().message;
+
+  std::string metrics, missing;
+  std::thread client([&] {
+    metrics = http_get(port, "/metrics");
+    missing = http_get(port, "/other");
+    base->loop_break();
+  });
+  ASSERT_TRUE(base->run().has_value());
+  client.join();
+  EXPECT_EQ(metrics.substr(0, 15), "HTTP/1.0 200 OK") << metrics;
+  EXPECT_NE(metrics.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
+  EXPECT_NE(metrics.find("\r\n\r\nrsfcd_test_metric 42\n"), std::string::npos) << metrics;
+  EXPECT_EQ(missing.substr(0, 12), "HTTP/1.0 404") << missing;
+  EXPECT_EQ(renders, 1);
+}
+
+TEST(EventLoop, TimerAndCrossThreadWakeUp) {
+  ASSERT_TRUE(enable_event_threads().has_value());
+  auto base = EventBase::create();
+  ASSERT_TRUE(base.has_value());
+  int ticks = 0;
+  std::atomic<int> wakes{0};
+  auto timer = Event::periodic(*base, std::chrono::milliseconds(5), [&](short) { ++ticks; });
+  ASSERT_TRUE(timer.has_value());
+  auto wake = Event::user(*base, [&](short) {
+    if (++wakes == 1) base->loop_break();
+  });
+  ASSERT_TRUE(wake.has_value());
+  Event moved = std::move(wake).value();  // callbacks survive a move of the wrapper
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    moved.activate();
+  });
+  ASSERT_TRUE(base->run().has_value());
+  other.join();
+  EXPECT_EQ(wakes.load(), 1);
+  EXPECT_GE(ticks, 3);
+}
+
+// ---- NfQueue against the kernel, in a private network namespace --------------------------
+// The whole scenario runs on one thread that unshares its network namespace (children it
+// forks, such as iptables, inherit it), so nothing outside the test is affected.
+struct Udp {
+  int fd = -1;
+  explicit Udp(uint16_t bind_port) {
+    fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (bind_port != 0) {
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_port = htons(bind_port);
+      sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+        close(fd);
+        fd = -1;
+      }
+    }
+  }
+  ~Udp() {
+    if (fd >= 0) close(fd);
+  }
+  void send_to(uint16_t port, const std::string& s) const {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    (void)sendto(fd, s.data(), s.size(), 0, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  }
+  std::vector<std::string> recv_all(int wait_ms) const {
+    std::vector<std::string> out;
+    pollfd p{fd, POLLIN, 0};
+    while (poll(&p, 1, wait_ms) > 0) {
+      char buf[2048];
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n < 0) break;
+      out.emplace_back(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+};
+
+// Collects packets the queue hands out.
+std::vector<std::pair<NfqPacket, std::vector<uint8_t>>> receive_n(NfQueue& q, size_t n) {
+  std::vector<std::pair<NfqPacket, std::vector<uint8_t>>> got;
+  for (int i = 0; i < 100 && got.size() < n; ++i) {
+    pollfd p{q.fd(), POLLIN, 0};
+    poll(&p, 1, 20);
+    auto r = q.receive(64, [&](const NfqPacket& pk) {
+      got.emplace_back(pk, std::vector<uint8_t>(pk.data.begin(), pk.data.end()));
+    });
+    if (!r) break;
+  }
+  return got;
+}
+
+TEST(NfQueueKernel, BindVerdictModifyDropDrain) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  std::string skip, failure;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      skip = std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno);
+      return;
+    }
+    if (std::system("ip link set lo up") != 0 ||
+        std::system("iptables-legacy -w -A OUTPUT -o lo -p udp --dport 9 "
+                    "-j NFQUEUE --queue-num 7 2>/dev/null") != 0) {
+      skip = "ip / iptables-legacy NFQUEUE not available";
+      return;
+    }
+    QueueCounters counters;
+    NfQueue::Options o;
+    o.queue_num = 7;
+    o.batch_size = 16;
+    o.counters = &counters;
+    auto q = NfQueue::open(o);
+    if (!q) {
+      failure = q.error().message;
+      return;
+    }
+    // The queue is visible in the kernel's table with our port id, copying whole packets.
+    auto stats = read_kernel_queue_stats();
+    bool listed = false;
+    if (stats) {
+      for (const auto& s : *stats) {
+        listed |= s.queue_num == 7 && s.portid == q->portid() && s.copy_mode == 2;
+      }
+    }
+    EXPECT_TRUE(listed);
+    // A second bind of the same queue is a clear error naming the queue.
+    auto again = NfQueue::open(o);
+    EXPECT_FALSE(again.has_value());
+    if (!again) {
+      EXPECT_NE(again.error().message.find("nfqueue 7"), std::string::npos)
+          << again.error().message;
+    }
+
+    Udp rx(9), tx(0);
+    ASSERT_GE(rx.fd, 0);
+    for (int i = 1; i <= 5; ++i) tx.send_to(9, "packet-" + std::to_string(i));
+    auto got = receive_n(*q, 5);
+    ASSERT_EQ(got.size(), 5u);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto& [p, bytes] = got[i];
+      EXPECT_EQ(p.hw_protocol, 0x0800);
+      EXPECT_EQ(bytes.size(), 20u + 8u + 8u);  // IPv4 + UDP + "packet-N"
+      EXPECT_EQ(p.orig_len, bytes.size());
+      EXPECT_FALSE(p.truncated());
+      EXPECT_EQ(bytes[0] >> 4, 4);
+      if (i > 0) {
+        EXPECT_EQ(p.id, got[i - 1].first.id + 1);
+      }
+    }
+    // 1, 2: unchanged; 3: modified payload (UDP checksum 0 = none); 4: dropped; 5: unchanged.
+    ASSERT_TRUE(q->add_verdict(got[0].first.id, kNfAccept).has_value());
+    ASSERT_TRUE(q->add_verdict(got[1].first.id, kNfAccept).has_value());
+    std::vector<uint8_t> mod = got[2].second;
+    mod[mod.size() - 1] = 'X';
+    mod[26] = mod[27] = 0;
+    ASSERT_TRUE(q->add_verdict(got[2].first.id, kNfAccept, mod).has_value());
+    ASSERT_TRUE(q->add_verdict(got[3].first.id, kNfDrop).has_value());
+    ASSERT_TRUE(q->add_verdict(got[4].first.id, kNfAccept).has_value());
+    EXPECT_EQ(q->pending_verdicts(), 5u);
+    ASSERT_TRUE(q->flush().has_value());
+    EXPECT_EQ(q->pending_verdicts(), 0u);
+    EXPECT_EQ(rx.recv_all(200),
+              (std::vector<std::string>{"packet-1", "packet-2", "packet-X", "packet-5"}));
+
+    // Shutdown path: packets queued but not yet read are drained and get verdicts.
+    for (int i = 6; i <= 8; ++i) tx.send_to(9, "packet-" + std::to_string(i));
+    auto drained =
+        q->drain_and_close([&](const NfqPacket& p) { (void)q->add_verdict(p.id, kNfAccept); });
+    ASSERT_TRUE(drained.has_value()) << drained.error().message;
+    EXPECT_EQ(*drained, 3u);
+    EXPECT_FALSE(q->is_open());
+    EXPECT_EQ(rx.recv_all(200), (std::vector<std::string>{"packet-6", "packet-7", "packet-8"}));
+    EXPECT_EQ(counters.packets_received.get(), 8u);
+    EXPECT_EQ(counters.verdicts_sent.get(), 8u);
+    EXPECT_EQ(counters.verdicts_with_payload.get(), 1u);
+    EXPECT_EQ(counters.send_errors.get(), 0u);
+    EXPECT_EQ(counters.overruns.get(), 0u);
+    // Unbound: the kernel no longer lists the queue.
+    auto after = read_kernel_queue_stats();
+    ASSERT_TRUE(after.has_value());
+    for (const auto& s : *after) EXPECT_NE(s.queue_num, 7);
+  });
+  t.join();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  EXPECT_TRUE(failure.empty()) << failure;
+}
+
+}  // namespace
+}  // namespace rsfc
