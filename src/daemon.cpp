@@ -427,7 +427,10 @@ class Daemon {
   }
 
   void reload() {
-    notify_systemd("RELOADING=1");
+    // MONOTONIC_USEC lets systemd match the READY=1 that ends this reload to it.
+    const std::string reloading =
+        "RELOADING=1\nMONOTONIC_USEC=" + std::to_string(monotonic_now() / kMicro);
+    notify_systemd(reloading.c_str());
     Config loaded;
     try {
       loaded = load_config_file(path_);
