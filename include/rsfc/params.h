@@ -25,22 +25,34 @@ struct DirectionParams {
   uint32_t static_window_bytes = 65535;
 };
 
-// RSFC controller constants (uplink knob). See conf/rsfcd.yaml for what each one means.
+// RSFC controller constants (uplink knob). See conf/rsfcd.yaml and rsfc_controller.h for
+// what each one means; T below is the threshold on the filtered uplink buffering delay.
 struct RsfcParams {
-  // Threshold T on the filtered uplink buffering delay; nullopt = auto (from RTT_min).
+  // Threshold T on the filtered uplink buffering delay; nullopt = auto: RTT_min, clamped to
+  // [max(threshold_floor, 4 g), threshold_ceiling] (g = the flow's timestamp tick).
   std::optional<Nanos> threshold;
-  Nanos threshold_floor = 20 * kMilli;     // auto T never below this (TS granularity)
-  Nanos min_window_horizon = 10 * kSecond; // sliding window for min(d)
-  Nanos tbuff_filter = 200 * kMilli;       // short windowed minimum on t_buff samples
+  Nanos threshold_floor = 20 * kMilli;         // auto T never below this (TS granularity)
+  Nanos threshold_ceiling = 80 * kMilli;       // auto T never above this (latency budget)
+  Nanos min_window_horizon = 10 * kSecond;     // sliding window for min(d) and RTT_min
+  Nanos tbuff_filter = 100 * kMilli;           // short windowed minimum on t_buff samples
   Nanos control_interval_floor = 20 * kMilli;  // time base floor for "per RTT" steps
-  double growth_per_rtt = 0.25;            // slow state: multiplicative probe per RTT
-  uint32_t initial_window_bytes = 0;       // 0 = do not clamp until estimates exist
-  std::string decision_log;                // JSON-lines path, empty = off
+  Nanos rtt_max_window = 2 * kSecond;          // the window is sized on the max RTT over this
+  double growth_per_rtt = 0.25;                // probe: multiplicative growth per step ...
+  double probe_step_queue = 0.5;               // ... but at most rho * this * T bytes per step
+  double probe_below = 0.25;                   // probe only while t_buff < this * T
+  double fast_target = 0.5;                    // fast state: window = rho * (RTT + this * T)
+  Nanos min_refresh = 5 * kSecond;             // no empty-buffer evidence this long -> monitor
+  double drain_fraction = 0.75;                // monitor: window = this * rho * RTT
+  uint32_t initial_window_bytes = 0;           // 0 = do not clamp until estimates exist
+  std::string decision_log;                    // JSON-lines path, empty = off
 };
 
+// DRWA constants (downlink knob), see drwa.h.
 struct DrwaParams {
-  double alpha = 7.0 / 8.0;
-  double lambda = 3.0;
+  double alpha = 7.0 / 8.0;  // cwnd_est smoothing (published default 7/8)
+  double lambda = 3.0;       // rwnd = lambda * RTT_min / RTT_est * cwnd_est (published: 3)
+  Nanos interval_floor = 10 * kMilli;  // "once per RTT" never more often than this
+  Nanos rtt_min_horizon = 0;           // RTT_min ages out after this; 0 = flow lifetime
 };
 
 // What the engine needs; everything here may change on SIGHUP.
@@ -50,7 +62,7 @@ struct EngineParams {
   DirectionParams downlink;  // window in ACKs travelling from subscribers
   uint32_t min_window_bytes = 2920;
   Nanos idle_timeout = 300 * kSecond;
-  Nanos closed_timeout = 10 * kSecond;  // FIN/RST seen both ways: linger for late ACKs
+  Nanos closed_timeout = 10 * kSecond;     // FIN/RST seen both ways: linger for late ACKs
   Nanos embryonic_timeout = 30 * kSecond;  // handshake not completed
   RsfcParams rsfc;
   DrwaParams drwa;

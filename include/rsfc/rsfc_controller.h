@@ -1,0 +1,167 @@
+// RSFC: Receiver-Side Flow Control of the subscriber's uplink buffer (DESIGN.md §3), one
+// UplinkRegulator per flow, fixed size, no heap. Pure: time comes in as `now`.
+//
+// HOW THE ENGINE DRIVES IT (per flow whose uplink.policy is rsfc):
+//   - every segment FROM the subscriber:  on_uplink_segment(now, seg, params)
+//   - every segment TO the subscriber:    on_downlink_segment(now, seg, params)   (before any
+//     rewrite), then, if it carries an ACK:
+//       d = target_window(now, params)    -> bytes (kNoClamp = leave the window alone);
+//                                            the engine applies min_window_bytes, the
+//                                            right-edge rule and the scale itself;
+//                                            d.stepped: a control step ran, log a decision.
+//       on_window_forwarded(now, ack, edge, params)   with the right edge (ack + window <<
+//                                            scale) actually advertised, rewritten or not.
+//   SYN and SYN-ACK segments must be fed too (handshake timing, ISN, MSS, timestamps).
+//
+// SIGNALS (estimators.h):
+//   t_buff   uplink buffering delay from the phone's TSvals, windowed min of d, then a short
+//            windowed minimum (tbuff_filter): a standing queue, not one late packet.
+//            Without timestamps: the phone-side round trip from the window-opening lag
+//            above its windowed minimum (this includes downlink queueing; the monitor state
+//            re-baselines what the clamp cannot remove, see below).
+//   rho      delivered uplink rate at the gateway, windowed max over >= 1 s (outage-robust).
+//   RTT      the round trip the upload really lives on, WITHOUT its own uplink queue:
+//            (gateway -> phone -> gateway sample from a TS echo) minus that segment's own
+//            t_buff, smoothed, plus the minimum server half. This contains the downlink
+//            queueing a concurrent download causes (the upload's ACKs wait in it): sizing on
+//            RTT_min instead starves the upload (DESIGN.md "quick prototype").
+//   RTT_min  windowed minimum of both halves (handshake + echoes).
+//
+// CONTROL LAW, one step per interval I = clamp(RTT, control_interval_floor, 1 s):
+//   T = threshold or auto, T_low = probe_below * T.
+//   kStartup  no clamp (or initial_window_bytes) until t_buff, rho and RTT exist; then the
+//             first window is the flow's current in-flight estimate rho * (RTT + t_buff).
+//   kSlow     t_buff < T_low (buffer empty: the link may have room): probe,
+//               W += min(growth_per_rtt * W, probe_step_queue * T * rho)
+//             growth proportional to the flow's own window, so N flows sharing one buffer
+//             grow together like one flow; the cap in queue-time units bounds the overshoot
+//             of a probe step to a fraction of T whatever the window.
+//             T_low <= t_buff <= T: hold (+1 MSS per step, to follow capacity increases).
+//             In both, W <= (1 + growth_per_rtt) * rho * (RTT + t_buff) + 2 MSS: never grow a
+//             window the phone does not use (decays at most by kMaxDecayPerStep per step).
+//   kFast     t_buff > T: W = rho * (RTT + fast_target * T): one bandwidth-delay product of
+//             the round trip the flow really sees plus a small standing queue. Only lowers W.
+//   kMonitor  (a) the clamp has been in force (the server acknowledged everything sent under
+//             the old right edge) for kMonitorAfterSteps steps and t_buff is still > T, or
+//             (b) no evidence of an empty buffer for min_refresh (a standing queue slowly
+//             becomes part of min(d) as the old minimum ages out): drain with
+//             W = drain_fraction * rho * RTT. If the buffer empties, min(d) is confirmed;
+//             otherwise after kMonitorSteps effective steps the remaining delay is not ours
+//             (route change; downlink queue for timestamp-less flows): it becomes the new
+//             baseline. Then kSlow.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "rsfc/estimators.h"
+#include "rsfc/params.h"
+
+namespace rsfc {
+
+enum class RsfcState : uint8_t { kStartup = 0, kSlow = 1, kFast = 2, kMonitor = 3 };
+constexpr size_t kRsfcStates = 4;    // CoreCounters::rsfc_flows_in_state
+const char* to_string(RsfcState s);  // "startup", "slow", "fast", "monitor"
+
+struct WindowDecision {
+  uint32_t window = kNoClamp;  // target bytes; kNoClamp = do not clamp
+  bool stepped = false;        // a control step ran during this call
+};
+
+class UplinkRegulator {
+ public:
+  static constexpr Nanos kMaxInterval = 1 * kSecond;
+  static constexpr int kTickMultiple = 4;           // auto T >= this * g
+  static constexpr double kRttGain = 0.25;          // EWMA gain per RTT sample
+  static constexpr int kMonitorAfterSteps = 3;      // see kMonitor (a)
+  static constexpr int kMonitorSteps = 2;           // see kMonitor
+  static constexpr double kMaxDecayPerStep = 0.25;  // unused-window decay per step
+  static constexpr uint32_t kDefaultMss = 1460;
+  static constexpr Nanos kMinSlotSpacing = 1 * kMilli;  // echo / lag slots
+  static constexpr int kSlotsPerRtt = 6;
+
+  void on_uplink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
+  void on_downlink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
+  WindowDecision target_window(Nanos now, const RsfcParams& p);
+  void on_window_forwarded(Nanos now, uint32_t ack, uint32_t right_edge, const RsfcParams& p);
+
+  // --- Read-outs (decision log, metrics, tests); values as of the last control step. ---
+  RsfcState state() const { return state_; }
+  const char* state_name() const { return to_string(state_); }
+  bool timestamps() const { return ts_; }
+  double tick_ms() const { return delay_.tick().ns_per_tick() / 1e6; }  // 0 = unknown
+  bool tick_estimated() const {
+    return delay_.tick().quality() == TickEstimator::Quality::kEstimated;
+  }
+  std::optional<Nanos> t_buff() const { return tb_; }
+  double rate() const { return rho_; }  // bytes/s
+  std::optional<Nanos> rtt_min() const { return rtt_min_; }
+  std::optional<Nanos> rtt_used() const { return rtt_; }
+  Nanos threshold() const { return T_; }
+  uint32_t window() const;  // current target, kNoClamp when not clamping
+  uint32_t mss() const { return mss_; }
+  const UplinkDelayEstimator& delay() const { return delay_; }
+  const DeliveredRate& delivered() const { return rate_; }
+
+ private:
+  bool step(Nanos now, const RsfcParams& p);  // true: something to log
+  void take_handshake(Nanos now, const RsfcParams& p);
+  Nanos interval(const RsfcParams& p) const;
+  Nanos lag_window(const RsfcParams& p) const;
+  static Nanos horizon(const RsfcParams& p) { return p.min_window_horizon; }
+  void enter_fast(const RsfcParams& p);
+  void fast_step(const RsfcParams& p);
+  void enter_monitor(Nanos now, const RsfcParams& p);
+  void leave_monitor(Nanos now);
+  double min_window() const { return 2.0 * mss_; }
+  bool cut_in_force() const { return !edge_known_ || !ack_known_ || seq_ge(ack_max_, cut_edge_); }
+  Nanos confirmed_at() const { return ts_ ? delay_.min_confirmed_at() : lag_confirmed_at_; }
+  bool has_confirmation() const { return ts_ ? delay_.has_min_confirmation() : lag_confirmed_; }
+
+  // Estimators.
+  HandshakeTimer hs_;
+  UplinkDelayEstimator delay_;
+  DeliveredRate rate_;
+  EchoSampler phone_echo_;   // server TSvals -> phone TSecr
+  EchoSampler server_echo_;  // phone TSvals -> server TSecr
+  WindowOpeningLag lag_;     // timestamp-less phone-side round trip
+  AckProbe server_probe_;    // timestamp-less server half
+  WindowedMin<4> phone_half_min_;
+  WindowedMin<4> server_half_min_;
+  WindowedMin<4> lag_filter_;  // timestamp-less: short min of lag samples
+  Ewma phone_ex_;              // phone-side round trip minus own t_buff (TS) / lag (no TS)
+  WindowedMax<4> ex_max_;      // recent maximum of pairwise-min ex samples (TS)
+  Nanos prev_ex_ = 0;
+  Nanos lag_confirmed_at_ = 0;
+
+  // Controller.
+  double w_ = 0;  // target window, bytes (valid when clamping_)
+  Nanos next_step_ = 0;
+  Nanos monitor_since_ = 0;
+  Nanos evidence_since_ = 0;  // start of the current min(d)-freshness period
+  Nanos last_data_at_ = 0;
+  std::optional<Nanos> tb_, rtt_, rtt_min_;
+  Nanos rtt_now_ = 0;  // current round trip without own queue (rtt_ is its recent max)
+  Nanos T_ = 0;
+  double rho_ = 0;
+  double monitor_min_tb_ = -1;  // < 0: none yet
+  uint32_t edge_max_ = 0;
+  uint32_t ack_max_ = 0;
+  uint32_t cut_edge_ = 0;
+  uint32_t mss_ = kDefaultMss;
+  uint16_t fast_steps_in_force_ = 0;
+  uint8_t monitor_steps_ = 0;
+  RsfcState state_ = RsfcState::kStartup;
+  bool clamping_ = false;
+  bool ts_ = false;
+  bool ts_decided_ = false;
+  bool edge_known_ = false;
+  bool ack_known_ = false;
+  bool hs_taken_ = false;
+  bool mss_from_syn_ = false;
+  bool lag_confirmed_ = false;
+  bool has_prev_ex_ = false;
+};
+
+}  // namespace rsfc

@@ -1,0 +1,309 @@
+#include "rsfc/rsfc_controller.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace rsfc {
+
+const char* to_string(RsfcState s) {
+  switch (s) {
+    case RsfcState::kStartup:
+      return "startup";
+    case RsfcState::kSlow:
+      return "slow";
+    case RsfcState::kFast:
+      return "fast";
+    case RsfcState::kMonitor:
+      return "monitor";
+  }
+  return "?";
+}
+
+namespace {
+
+double seconds(Nanos t) {
+  return static_cast<double>(t) / static_cast<double>(kSecond);
+}
+
+}  // namespace
+
+uint32_t UplinkRegulator::window() const {
+  if (!clamping_) return kNoClamp;
+  const double w = std::max(w_, min_window());
+  return w >= static_cast<double>(kNoClamp - 1) ? kNoClamp - 1 : static_cast<uint32_t>(w);
+}
+
+Nanos UplinkRegulator::interval(const RsfcParams& p) const {
+  const Nanos base = rtt_ ? *rtt_ : rtt_min_ ? *rtt_min_ : 0;
+  const Nanos hi = std::max(kMaxInterval, p.control_interval_floor);
+  return std::clamp(base, p.control_interval_floor, hi);
+}
+
+void UplinkRegulator::take_handshake(Nanos now, const RsfcParams& p) {
+  if (!ts_decided_ && hs_.synack_seen()) {
+    ts_ = hs_.syn_timestamps();
+    ts_decided_ = true;
+  }
+  if (hs_taken_ || !hs_.complete()) return;
+  hs_taken_ = true;
+  if (auto ph = hs_.phone_half()) phone_half_min_.update(now, *ph, horizon(p));
+  if (auto sh = hs_.server_half()) server_half_min_.update(now, *sh, horizon(p));
+  if (auto pair = hs_.ts_pair()) {
+    delay_.on_handshake(pair->a_syn, pair->ts_syn, pair->a_ack, pair->ts_ack);
+  }
+}
+
+void UplinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p) {
+  hs_.on_segment(now, true, s);
+  if (!ts_decided_ && !hs_.synack_seen() && !s.syn()) ts_ = s.has_ts;  // handshake unseen
+  take_handshake(now, p);
+  if (s.syn()) rate_.start(s.seq + 1);
+  const Nanos iv = interval(p);
+  const Nanos spacing = std::max(kMinSlotSpacing, iv / kSlotsPerRtt);
+
+  if (ts_ && s.has_ts) {
+    const auto tb = delay_.on_segment(now, s.tsval, horizon(p), p.tbuff_filter);
+    server_echo_.on_forward(now, s.tsval, spacing);
+    if (s.ack_flag()) {
+      if (auto ph = phone_echo_.on_echo(now, s.tsecr)) {
+        phone_half_min_.update(now, *ph, horizon(p));
+        if (tb) {
+          const Nanos ex = std::max<Nanos>(0, *ph - *tb);
+          phone_ex_.add(static_cast<double>(ex), kRttGain);
+          // Recent maximum of the raw samples, each taken as min(this, previous): one
+          // outlier (a phone that did not send at once) does not count.
+          if (has_prev_ex_) ex_max_.update(now, std::min(ex, prev_ex_), p.rtt_max_window);
+          prev_ex_ = ex;
+          has_prev_ex_ = true;
+        }
+      }
+    }
+  }
+  if (s.payload_len == 0 || s.syn()) return;
+  last_data_at_ = now;
+  rate_.on_data(now, s.seq, s.payload_len, iv);
+  if (ts_) return;
+
+  // Timestamp-less: server half by seq/ack matching, phone side by the window-opening lag.
+  server_probe_.on_data(now, s.seq, s.payload_len);
+  if (auto lag = lag_.on_data(now, s.seq + s.payload_len)) {
+    phone_half_min_.update(now, *lag, horizon(p));
+    lag_filter_.update(now, *lag, lag_window(p));
+    phone_ex_.add(static_cast<double>(*lag), kRttGain);
+    const auto base = phone_half_min_.get(now, horizon(p));
+    const Nanos tol = std::max(UplinkDelayEstimator::kConfirmFloor, base ? base->value / 10 : 0);
+    if (base && *lag <= base->value + tol) {
+      lag_confirmed_at_ = now;
+      lag_confirmed_ = true;
+    }
+  }
+}
+
+void UplinkRegulator::on_downlink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p) {
+  hs_.on_segment(now, false, s);
+  // The peer's MSS option caps the phone's segments.
+  if (s.syn() && s.mss_option > 0) mss_ = s.mss_option;
+  take_handshake(now, p);
+  if (s.ack_flag() && !s.syn()) {
+    if (!ack_known_ || seq_gt(s.ack, ack_max_)) ack_max_ = s.ack;
+    ack_known_ = true;
+    if (!ts_) {
+      if (auto sh = server_probe_.on_ack(now, s.ack)) server_half_min_.update(now, *sh, horizon(p));
+    }
+  }
+  if (ts_ && s.has_ts) {
+    const Nanos spacing = std::max(kMinSlotSpacing, interval(p) / kSlotsPerRtt);
+    phone_echo_.on_forward(now, s.tsval, spacing);
+    if (s.ack_flag()) {
+      if (auto sh = server_echo_.on_echo(now, s.tsecr)) {
+        server_half_min_.update(now, *sh, horizon(p));
+      }
+    }
+  }
+}
+
+void UplinkRegulator::on_window_forwarded(Nanos now, uint32_t ack, uint32_t right_edge,
+                                          const RsfcParams& p) {
+  (void)ack;
+  if (!edge_known_ || seq_gt(right_edge, edge_max_)) edge_max_ = right_edge;
+  edge_known_ = true;
+  if (!ts_) {
+    const Nanos spacing = std::max(kMinSlotSpacing, interval(p) / kSlotsPerRtt);
+    lag_.on_edge_forwarded(now, right_edge, spacing);
+  }
+}
+
+WindowDecision UplinkRegulator::target_window(Nanos now, const RsfcParams& p) {
+  WindowDecision d;
+  if (now >= next_step_) d.stepped = step(now, p);
+  d.window = window();
+  if (!clamping_ && p.initial_window_bytes > 0) d.window = p.initial_window_bytes;
+  return d;
+}
+
+Nanos UplinkRegulator::lag_window(const RsfcParams& p) const {
+  return std::max(p.tbuff_filter, 2 * interval(p));
+}
+
+void UplinkRegulator::enter_fast(const RsfcParams& p) {
+  state_ = RsfcState::kFast;
+  fast_steps_in_force_ = 0;
+  fast_step(p);
+}
+
+// Fast-state sizing: one BDP of the round trip the flow really sees plus a small queue.
+void UplinkRegulator::fast_step(const RsfcParams& p) {
+  const double target =
+      std::max(rho_ * (seconds(*rtt_) + p.fast_target * seconds(T_)), min_window());
+  if (target < w_) {
+    if (target < w_ * 0.9) {
+      cut_edge_ = edge_max_;  // in force once everything sent under the old edge is acked
+      fast_steps_in_force_ = 0;
+    }
+    w_ = target;
+  }
+}
+
+void UplinkRegulator::enter_monitor(Nanos now, const RsfcParams& p) {
+  state_ = RsfcState::kMonitor;
+  monitor_since_ = now;
+  monitor_steps_ = 0;
+  monitor_min_tb_ = -1;
+  const double drain = std::max(p.drain_fraction * rho_ * seconds(rtt_now_), min_window());
+  w_ = std::min(w_, drain);
+  cut_edge_ = edge_max_;
+}
+
+void UplinkRegulator::leave_monitor(Nanos now) {
+  state_ = RsfcState::kSlow;
+  evidence_since_ = now;
+}
+
+bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
+  const Nanos hz = horizon(p);
+  const auto srv = server_half_min_.get(now, hz);
+  const auto ph = phone_half_min_.get(now, hz);
+  const Nanos srv_v = srv ? srv->value : 0;
+  rtt_min_.reset();
+  if (ph) rtt_min_ = ph->value + srv_v;
+
+  // Threshold.
+  if (p.threshold) {
+    T_ = *p.threshold;
+  } else {
+    const Nanos g = static_cast<Nanos>(delay_.tick().ns_per_tick());
+    const Nanos lo = std::max(p.threshold_floor, kTickMultiple * g);
+    const Nanos hi = std::max(p.threshold_ceiling, lo);
+    T_ = std::clamp(rtt_min_ ? *rtt_min_ : lo, lo, hi);
+  }
+
+  // Queue signal and the round trip without this flow's uplink queue.
+  tb_.reset();
+  rtt_.reset();
+  if (ts_) {
+    if (delay_.ready()) tb_ = delay_.filtered(now, p.tbuff_filter);
+    if (phone_ex_.has()) {
+      const Nanos ex = std::llround(phone_ex_.get());
+      const auto mx = ex_max_.get(now, p.rtt_max_window);
+      rtt_now_ = ex + srv_v;
+      rtt_ = std::max(ex, mx ? mx->value : ex) + srv_v;
+    }
+  } else if (ph) {
+    if (const auto f = lag_filter_.get(now, lag_window(p))) {
+      tb_ = std::max<Nanos>(0, f->value - ph->value);
+    }
+    rtt_ = ph->value + srv_v;
+    rtt_now_ = *rtt_;
+  }
+  const Nanos iv = interval(p);
+  next_step_ = now + iv;
+  rho_ = rate_.max(now, iv);
+
+  const bool ready = tb_ && rtt_ && rho_ > 0 && rate_.has_sample();
+  if (!ready) return false;
+  const bool sending = now - last_data_at_ <= iv;
+  const double tb = static_cast<double>(*tb_);
+  const double T = static_cast<double>(T_);
+  const double used = rho_ * (seconds(rtt_now_) + seconds(*tb_));  // in flight, Little's law
+  // Queueing the flow may keep because the round trip is below its recent maximum (a
+  // concurrent download's downlink queue breathing): filling those gaps keeps the uplink busy
+  // without raising the phone's total round trip above that maximum.
+  const double slack = static_cast<double>(*rtt_ - rtt_now_);
+  const double mss = static_cast<double>(mss_);
+
+  switch (state_) {
+    case RsfcState::kStartup:
+      clamping_ = true;
+      evidence_since_ = now;
+      if (tb > T + slack) {
+        w_ = std::max(used, min_window());
+        enter_fast(p);
+      } else {
+        w_ = std::max(used * (1.0 + p.growth_per_rtt), min_window());
+        state_ = RsfcState::kSlow;
+      }
+      return true;
+
+    case RsfcState::kSlow: {
+      if (tb > T + slack) {
+        enter_fast(p);
+        return true;
+      }
+      const Nanos evidence = std::max(evidence_since_, confirmed_at());
+      if (sending && now - evidence > p.min_refresh) {
+        enter_monitor(now, p);
+        return true;
+      }
+      const double prev = w_;
+      if (tb < p.probe_below * T + slack) {
+        const double step_cap = rho_ * p.probe_step_queue * seconds(T_);
+        w_ += std::max(std::min(p.growth_per_rtt * w_, step_cap), mss);
+      } else {
+        w_ += mss;
+      }
+      if (sending) {
+        const double cap = (1.0 + p.growth_per_rtt) * used + 2.0 * mss;
+        w_ = std::min(w_, std::max(cap, prev * (1.0 - kMaxDecayPerStep)));
+      } else {
+        w_ = prev;  // no data: no evidence either way
+      }
+      w_ = std::max(w_, min_window());
+      return true;
+    }
+
+    case RsfcState::kFast:
+      fast_step(p);
+      if (tb <= T + slack) {
+        state_ = RsfcState::kSlow;
+      } else if (cut_in_force()) {
+        if (++fast_steps_in_force_ >= kMonitorAfterSteps) enter_monitor(now, p);
+      }
+      return true;
+
+    case RsfcState::kMonitor: {
+      if (confirmed_at() >= monitor_since_ && has_confirmation()) {
+        leave_monitor(now);  // the buffer emptied: min(d) is current
+        return true;
+      }
+      if (!cut_in_force()) return true;
+      if (monitor_min_tb_ < 0 || tb < monitor_min_tb_) monitor_min_tb_ = tb;
+      if (++monitor_steps_ >= kMonitorSteps) {
+        // The drain did not empty the buffer: what is left is not our queue.
+        const Nanos by = static_cast<Nanos>(monitor_min_tb_);
+        if (ts_) {
+          delay_.raise_baseline(now, by);
+        } else {
+          phone_half_min_.reset_to(now, ph->value + by);
+          lag_filter_.clear();
+          lag_confirmed_at_ = now;
+          lag_confirmed_ = true;
+        }
+        leave_monitor(now);
+      }
+      return true;
+    }
+  }
+  return true;
+}
+
+}  // namespace rsfc
