@@ -1,0 +1,468 @@
+// rsfc-replay's library on scripted captures: a handshake and ACKs under static and observe,
+// a flow without its handshake, an unanswered SYN, non-IP / non-subscriber / unparsable
+// frames, cut records, port reuse, decision records, and a capture broken part-way.
+#include "rsfc/replay.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "packet_builder.h"
+#include "pcap_builder.h"
+
+namespace rsfc::replay {
+namespace {
+
+using testpkt::TcpSpec;
+
+constexpr uint32_t kPhoneIsn = 1000, kServerIsn = 500000;
+constexpr uint32_t kT0 = 1'700'000'000;
+
+EngineParams params(DirectionParams uplink, DirectionParams downlink = {}) {
+  EngineParams p;
+  p.subscriber_networks = {*Prefix::parse("198.18.0.0/16"), *Prefix::parse("2001:2:0:1::/64")};
+  p.uplink = uplink;
+  p.downlink = downlink;
+  p.min_window_bytes = 2920;
+  return p;
+}
+DirectionParams static_policy(uint32_t n) {
+  return {.policy = Policy::kStatic, .static_window_bytes = n};
+}
+
+// A capture as a gateway's 802.1Q trunk would give it: Ethernet + one VLAN tag, 1 ms apart.
+class Capture {
+ public:
+  uint32_t us = 0;
+  testpcap::Writer w{{.linktype = pcap::linktype::kEthernet}};
+
+  void tcp(const TcpSpec& s) { frame(testpcap::ethernet(testpkt::build(s), {0x8100})); }
+  void frame(const std::vector<uint8_t>& f, uint32_t orig_len = 0) {
+    w.add(kT0 + us / 1'000'000, us % 1'000'000, f, orig_len);
+    us += 1000;
+  }
+  std::string write(const std::string& tag) const {
+    const std::string path =
+        ::testing::TempDir() + "rsfc_replay_" + tag + "_" + std::to_string(::getpid()) + ".pcap";
+    testpcap::write_file(path, w.bytes);
+    return path;
+  }
+};
+
+// Flow A: phone 198.18.0.2:40000 uploads to 198.19.0.2:5201 (both scale 7). The server's
+// 20 ACKs offer 1000 << 7 = 128000 bytes, two final ones 100 << 7 = 12800.
+void flow_a(Capture& c) {
+  auto phone = [&](TcpSpec s) {
+    s.src = "198.18.0.2", s.dst = "198.19.0.2", s.sport = 40000, s.dport = 5201;
+    c.tcp(s);
+  };
+  auto server = [&](TcpSpec s) {
+    s.src = "198.19.0.2", s.dst = "198.18.0.2", s.sport = 5201, s.dport = 40000;
+    c.tcp(s);
+  };
+  phone({.seq = kPhoneIsn,
+         .flags = tcpflag::kSyn,
+         .window = 64240,
+         .mss = 1460,
+         .wscale = 7,
+         .sack_permitted = true,
+         .timestamps = true,
+         .tsval = 1});
+  server({.seq = kServerIsn,
+          .ack = kPhoneIsn + 1,
+          .flags = tcpflag::kSyn | tcpflag::kAck,
+          .window = 65535,
+          .mss = 1460,
+          .wscale = 7,
+          .sack_permitted = true,
+          .timestamps = true,
+          .tsval = 9,
+          .tsecr = 1});
+  phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502});
+  for (uint32_t i = 0; i < 5; ++i) {
+    phone({.seq = kPhoneIsn + 1 + 1000 * i,
+           .ack = kServerIsn + 1,
+           .flags = tcpflag::kAck | tcpflag::kPsh,
+           .window = 502,
+           .payload_len = 1000});
+  }
+  for (uint32_t i = 1; i <= 20; ++i) {
+    server({.seq = kServerIsn + 1, .ack = kPhoneIsn + 1 + 10000 * i, .window = 1000});
+  }
+  for (uint32_t i = 21; i <= 22; ++i) {
+    server({.seq = kServerIsn + 1, .ack = kPhoneIsn + 1 + 10000 * i, .window = 100});
+  }
+}
+
+// Everything else in the mixed capture.
+void others(Capture& c) {
+  // Flow B (IPv6): ACKs of a connection whose handshake came before the capture.
+  for (uint32_t i = 0; i < 3; ++i) {
+    c.tcp({.src = "2001:2:0:2::2",
+           .dst = "2001:2:0:1::2",
+           .sport = 443,
+           .dport = 40001,
+           .seq = 77,
+           .ack = 1000 + 1000 * i,
+           .window = 800});
+  }
+  // Flow C: an unanswered SYN, retransmitted.
+  for (int i = 0; i < 2; ++i) {
+    c.tcp({.src = "198.18.0.2",
+           .dst = "198.19.0.2",
+           .sport = 40002,
+           .dport = 80,
+           .seq = 42,
+           .flags = tcpflag::kSyn,
+           .window = 64240,
+           .wscale = 7});
+  }
+  // Neither end a subscriber.
+  c.tcp({.src = "198.19.0.2", .dst = "198.19.0.3", .sport = 1, .dport = 2});
+  // ARP.
+  c.frame(testpcap::ethernet(std::vector<uint8_t>(28, 0), {}, 0x0806));
+  // An "IPv4" ethertype carrying a version-5 packet.
+  c.frame(testpcap::ethernet(
+      std::vector<uint8_t>{0x55, 0, 0, 20, 0, 0, 0, 0, 64, 6, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+std::string line_with(const std::vector<std::string>& lines, const std::string& a,
+                      const std::string& b) {
+  for (const auto& l : lines) {
+    if (l.find(a) != std::string::npos && l.find(b) != std::string::npos) return l;
+  }
+  return "";
+}
+
+#define EXPECT_HAS(text, fragment)                                                            \
+  EXPECT_NE((text).find(fragment), std::string::npos) << "missing " << (fragment) << " in:\n" \
+                                                      << (text)
+
+TEST(ReplayPolicy, ArgumentsAreCheckedLikeTheConfig) {
+  struct Case {
+    const char* arg;
+    bool uplink;
+    bool ok;
+    Policy policy;
+    uint32_t bytes;
+    const char* error;
+  } cases[] = {
+      {"rsfc", true, true, Policy::kRsfc, 0, ""},
+      {"observe", true, true, Policy::kObserve, 0, ""},
+      {"off", false, true, Policy::kOff, 0, ""},
+      {"drwa", false, true, Policy::kDrwa, 0, ""},
+      {"static:16384", true, true, Policy::kStatic, 16384, ""},
+      {"static:1073725440", false, true, Policy::kStatic, 1073725440, ""},
+      {"rsfc", false, false, Policy::kOff, 0, "uplink knob only"},
+      {"drwa", true, false, Policy::kOff, 0, "downlink knob only"},
+      {"static:", true, false, Policy::kOff, 0, "plain decimal"},
+      {"static:12k", true, false, Policy::kOff, 0, "plain decimal"},
+      {"static:-5", true, false, Policy::kOff, 0, "plain decimal"},
+      {"static:1000", true, false, Policy::kOff, 0, "1072 .. 1073725440"},
+      {"static:1073725441", true, false, Policy::kOff, 0, "1072 .. 1073725440"},
+      {"static:2000", true, false, Policy::kOff, 0, "below min_window_bytes (2920)"},
+      {"Static:5000", true, false, Policy::kOff, 0, "expected rsfc, drwa, static:N"},
+      {"", true, false, Policy::kOff, 0, "expected"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.arg);
+    auto d = parse_policy(c.arg, c.uplink, 2920);
+    ASSERT_EQ(d.has_value(), c.ok) << (d ? "" : d.error().message);
+    if (c.ok) {
+      EXPECT_EQ(d->policy, c.policy);
+      if (c.policy == Policy::kStatic) {
+        EXPECT_EQ(d->static_window_bytes, c.bytes);
+      }
+    } else {
+      EXPECT_HAS(d.error().message, c.error);
+    }
+  }
+}
+
+TEST(ReplayPolicy, ParamsMustTrackSomethingAndKnowSubscribers) {
+  EXPECT_TRUE(check_params(params(static_policy(16384))));
+  auto off = check_params(params({}, {}));
+  ASSERT_FALSE(off);
+  EXPECT_HAS(off.error().message, "both knobs are off");
+  EngineParams p = params({.policy = Policy::kObserve});
+  p.subscriber_networks.clear();
+  auto nosub = check_params(p);
+  ASSERT_FALSE(nosub);
+  EXPECT_HAS(nosub.error().message, "subscriber_networks");
+}
+
+TEST(ReplayStats, WindowSamplesMinAndLowerMedian) {
+  WindowSamples w;
+  EXPECT_FALSE(w.min());
+  EXPECT_FALSE(w.median());
+  for (uint64_t v : {500, 500, 100, 900, 900, 900}) w.add(v);
+  EXPECT_EQ(w.count(), 6u);
+  EXPECT_EQ(*w.min(), 100u);
+  EXPECT_EQ(*w.median(), 500u) << "sorted 100 500 500 900 900 900: lower median";
+  w.add(900);
+  EXPECT_EQ(*w.median(), 900u);
+  EXPECT_FALSE(median({}));
+  EXPECT_DOUBLE_EQ(*median({3.0}), 3.0);
+  EXPECT_DOUBLE_EQ(*median({4.0, 1.0, 3.0, 2.0}), 2.5);
+  EXPECT_DOUBLE_EQ(*median({5.0, 1.0, 3.0}), 3.0);
+}
+
+TEST(Replay, StaticClampOfASyntheticCapture) {
+  Capture c;
+  flow_a(c);
+  others(c);
+  const std::string path = c.write("static");
+  std::ostringstream out;
+  auto s = replay_file(path, 1000, params(static_policy(16384)), &out);
+  std::remove(path.c_str());
+  ASSERT_TRUE(s) << s.error().message;
+
+  EXPECT_FALSE(s->error);
+  EXPECT_EQ(s->linktype, pcap::linktype::kEthernet);
+  EXPECT_EQ(s->records, 3u + 5u + 22u + 3u + 2u + 3u);
+  EXPECT_EQ(s->packets_to_engine, s->records - 1) << "all but the ARP frame";
+  EXPECT_EQ(s->link_errors[static_cast<size_t>(pcap::LinkError::kNotIp)], 1u);
+  EXPECT_EQ(s->parse_errors[static_cast<size_t>(ParseError::kBadIpVersion)], 1u);
+  EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kNotSubscriber)], 1u);
+  EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kUnregulated)], 3u);
+  EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kRewritten)], 20u);
+  EXPECT_EQ(s->flows_total, 3u);
+  EXPECT_EQ(s->flows_regulated, 1u);
+  EXPECT_EQ(s->flows_unregulated, 1u);
+  EXPECT_EQ(s->flows_without_acks, 1u);
+  EXPECT_EQ(s->flows_clamped, 1u);
+  EXPECT_EQ(s->engine_flows_unregulated, 1u) << "the engine's own count agrees";
+  EXPECT_EQ(s->knobs[0].acks, 22u);
+  EXPECT_EQ(s->knobs[0].acks_rewritten, 20u);
+  EXPECT_EQ(s->knobs[1].acks, 0u) << "downlink knob off";
+  ASSERT_TRUE(s->share_acks_clamped());
+  EXPECT_DOUBLE_EQ(*s->share_acks_clamped(), 20.0 / 22.0);
+  EXPECT_FALSE(s->median_t_buff_ms) << "static makes no decision records";
+  EXPECT_EQ(s->last_time - s->first_time, static_cast<Nanos>(s->records - 1) * kMilli);
+
+  const auto lines = lines_of(out.str());
+  ASSERT_EQ(lines.size(), 3u) << "one line per flow, no decisions under static:\n" << out.str();
+  const std::string a = line_with(lines, "\"subscriber_port\":40000,", "\"type\":\"flow\"");
+  ASSERT_FALSE(a.empty()) << out.str();
+  EXPECT_HAS(a, "\"start_s\":0.000000,");
+  EXPECT_HAS(a, "\"time_s\":0.029000,");
+  EXPECT_HAS(a,
+             "\"subscriber\":\"198.18.0.2\",\"subscriber_port\":40000,\"peer\":\"198.19.0.2\","
+             "\"peer_port\":5201,\"status\":\"regulated\",\"initiator\":\"subscriber\"");
+  EXPECT_HAS(a,
+             "\"packets_to_subscriber\":23,\"packets_from_subscriber\":7,"
+             "\"bytes_to_subscriber\":0,\"bytes_from_subscriber\":5000");
+  // 20 ACKs lowered (4 held by the SYN-ACK's right edge, 16 to 16384), 2 already below.
+  EXPECT_HAS(a,
+             "\"uplink\":{\"policy\":\"static:16384\",\"acks\":22,\"acks_rewritten\":20,"
+             "\"window_min\":12800,\"window_median\":16384,\"advertised_min\":12800,"
+             "\"advertised_median\":128000}");
+  EXPECT_HAS(a,
+             "\"downlink\":{\"policy\":\"off\",\"acks\":0,\"acks_rewritten\":0,"
+             "\"window_min\":null");
+  EXPECT_HAS(a, "\"decisions\":0,\"t_buff_median_ms\":null}");
+  const std::string b = line_with(lines, "\"subscriber_port\":40001,", "\"type\":\"flow\"");
+  EXPECT_HAS(b, "\"subscriber\":\"2001:2:0:1::2\"");
+  EXPECT_HAS(b, "\"status\":\"unregulated\",\"initiator\":null");
+  EXPECT_HAS(b, "\"acks\":0,");
+  const std::string c3 = line_with(lines, "\"subscriber_port\":40002,", "\"type\":\"flow\"");
+  EXPECT_HAS(c3, "\"status\":\"without_acks\",\"initiator\":\"subscriber\"");
+  EXPECT_HAS(c3, "\"packets_from_subscriber\":2,");
+
+  const std::string json = to_json(*s);
+  EXPECT_HAS(json, "\"complete\":true");
+  EXPECT_HAS(json,
+             "\"flows\":{\"total\":3,\"regulated\":1,\"unregulated\":1,\"without_acks\":1,"
+             "\"clamped\":1}");
+  EXPECT_HAS(json, "\"uplink\":{\"policy\":\"static:16384\",\"acks\":22,\"clamped\":20}");
+  EXPECT_HAS(json, "\"clamped_share\":0.909091");
+  EXPECT_HAS(json, "\"median_t_buff_ms\":null");
+  EXPECT_HAS(json, "\"bad_ip_version\":1");
+  EXPECT_HAS(json, "\"not_ip\":1");
+  const std::string text = to_text(*s);
+  EXPECT_HAS(text, "flows: 3 total, 1 regulated, 1 unregulated (handshake not in capture)");
+  EXPECT_HAS(text, "would have been clamped: 1 flows; 20 of 22 ACKs (90.9%)");
+  EXPECT_HAS(text, "parse errors: bad_ip_version 1, not_ip 1");
+}
+
+TEST(Replay, ObserveTracksButNeverClamps) {
+  Capture c;
+  flow_a(c);
+  const std::string path = c.write("observe");
+  std::ostringstream out;
+  auto s = replay_file(path, 1000, params({.policy = Policy::kObserve}), &out);
+  std::remove(path.c_str());
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->flows_regulated, 1u);
+  EXPECT_EQ(s->flows_clamped, 0u);
+  EXPECT_EQ(s->knobs[0].acks, 22u);
+  EXPECT_EQ(s->knobs[0].acks_rewritten, 0u);
+  EXPECT_FALSE(s->share_acks_clamped()) << "no knob enforces";
+  EXPECT_HAS(out.str(),
+             "\"uplink\":{\"policy\":\"observe\",\"acks\":22,\"acks_rewritten\":0,"
+             "\"window_min\":12800,\"window_median\":128000,");
+  EXPECT_HAS(to_json(*s), "\"clamped_share\":null");
+}
+
+TEST(Replay, CutRecordsReachTheEngineMarkedTruncated) {
+  Capture c;
+  flow_a(c);
+  // One more server ACK whose frame lost its 4-byte FCS in capture: the IP packet is whole,
+  // but the record says caplen < len, so the engine must not count it as rewritable.
+  const auto ack = testpkt::build({.src = "198.19.0.2",
+                                   .dst = "198.18.0.2",
+                                   .sport = 5201,
+                                   .dport = 40000,
+                                   .seq = kServerIsn + 1,
+                                   .ack = kPhoneIsn + 1 + 300000,
+                                   .window = 1000});
+  const auto f = testpcap::ethernet(ack, {0x8100});
+  c.frame(f, static_cast<uint32_t>(f.size() + 4));
+  // And a data packet cut by a 100-byte snap length: not parsable as a whole packet.
+  const auto data = testpkt::build({.src = "198.18.0.2",
+                                    .dst = "198.19.0.2",
+                                    .sport = 40000,
+                                    .dport = 5201,
+                                    .seq = kPhoneIsn + 5001,
+                                    .ack = kServerIsn + 1,
+                                    .payload_len = 1200});
+  const auto df = testpcap::ethernet(data, {0x8100});
+  c.frame(std::vector<uint8_t>(df.begin(), df.begin() + 100), static_cast<uint32_t>(df.size()));
+  const std::string path = c.write("cut");
+  auto s = replay_file(path, 1000, params(static_policy(16384)), nullptr);
+  std::remove(path.c_str());
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->truncated_records, 2u);
+  EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kTruncatedCopy)], 1u);
+  EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kRewritten)], 20u);
+  EXPECT_EQ(s->parse_errors[static_cast<size_t>(ParseError::kBadIpv4TotalLength)], 1u);
+  EXPECT_EQ(s->knobs[0].acks, 23u);
+  EXPECT_EQ(s->knobs[0].acks_rewritten, 20u);
+  EXPECT_HAS(to_text(*s), "2 records were cut by the capture's snap length");
+}
+
+TEST(Replay, ReusedPortsAfterAFinishedConnectionAreANewFlow) {
+  Capture c;
+  flow_a(c);
+  // The same 4-tuple again, new ISN.
+  c.tcp({.src = "198.18.0.2",
+         .dst = "198.19.0.2",
+         .sport = 40000,
+         .dport = 5201,
+         .seq = 900000,
+         .flags = tcpflag::kSyn,
+         .window = 64240,
+         .wscale = 7});
+  const std::string path = c.write("reuse");
+  std::ostringstream out;
+  auto s = replay_file(path, 1000, params(static_policy(16384)), &out);
+  std::remove(path.c_str());
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->flows_total, 2u);
+  EXPECT_EQ(s->flows_regulated, 1u);
+  EXPECT_EQ(s->flows_without_acks, 1u);
+}
+
+TEST(Replay, DecisionRecordsBecomeLinesAndTBuffMedians) {
+  Capture c;
+  flow_a(c);
+  std::ostringstream out;
+  Replayer r(1000, params({.policy = Policy::kRsfc}), &out);
+  auto reader = pcap::PcapReader::from_bytes(c.w.bytes);
+  ASSERT_TRUE(reader);
+  pcap::Record rec;
+  while (*reader->next(rec)) r.feed(rec, reader->header().linktype);
+  // Whatever the engine decided itself, script three decisions for flow A.
+  const uint64_t engine_decisions = r.flows().front().decisions;
+  DecisionRecord d;
+  d.subscriber = *IpAddr::parse("198.18.0.2");
+  d.peer = *IpAddr::parse("198.19.0.2");
+  d.subscriber_port = 40000;
+  d.peer_port = 5201;
+  d.knob = "uplink";
+  d.state = "fast";
+  d.tick_ms = 1;
+  d.rate_bps = 1.25e6;
+  d.rtt_min_ms = 20;
+  d.rtt_ms = 35.5;
+  d.window_bytes = 43750;
+  d.timestamps = true;
+  for (double tb : {10.0, 30.0, -1.0}) {
+    d.time = Nanos{kT0} * kSecond + 2500 * kMicro;
+    d.t_buff_ms = tb;
+    r.on_decision(d);
+  }
+  // A decision for a flow the capture does not have is still written (and counted).
+  d.subscriber_port = 1;
+  d.t_buff_ms = 99;
+  d.state = "slow";
+  r.on_decision(d);
+  const Summary s = r.finish();
+  const auto lines = lines_of(out.str());
+  const std::string first = line_with(lines, "\"type\":\"decision\"", "\"t_buff_ms\":10.000");
+  EXPECT_EQ(first,
+            "{\"type\":\"decision\",\"time_s\":0.002500,\"subscriber\":\"198.18.0.2\","
+            "\"subscriber_port\":40000,\"peer\":\"198.19.0.2\",\"peer_port\":5201,"
+            "\"knob\":\"uplink\",\"state\":\"fast\",\"tick_ms\":1.000,\"t_buff_ms\":10.000,"
+            "\"rate_bps\":1250000,\"rtt_min_ms\":20.000,\"rtt_ms\":35.500,"
+            "\"window_bytes\":43750,\"timestamps\":true}");
+  EXPECT_FALSE(line_with(lines, "\"type\":\"decision\"", "\"t_buff_ms\":null").empty())
+      << "an unknown t_buff is null, not -1";
+  const std::string flow = line_with(lines, "\"type\":\"flow\"", "\"subscriber_port\":40000,");
+  EXPECT_HAS(flow, "\"decisions\":" + std::to_string(engine_decisions + 3) + ",");
+  if (engine_decisions == 0) {
+    EXPECT_HAS(flow, "\"t_buff_median_ms\":20.000}");
+    EXPECT_EQ(s.flows_with_t_buff, 1u);
+    ASSERT_TRUE(s.median_t_buff_ms);
+    EXPECT_DOUBLE_EQ(*s.median_t_buff_ms, 20.0);
+    EXPECT_EQ(s.decision_records, 4u);
+    EXPECT_EQ(s.decision_states.at("fast"), 3u);
+    EXPECT_EQ(s.decision_states.at("slow"), 1u);
+  }
+  EXPECT_HAS(to_json(s), "\"decision_states\":{");
+}
+
+TEST(Replay, ACaptureBrokenPartWayReportsWhatCameBefore) {
+  Capture c;
+  flow_a(c);
+  c.w.add_header(kT0 + 1, 0, 500000, 500000);  // absurd caplen
+  const std::string path = c.write("broken");
+  auto s = replay_file(path, 1000, params(static_policy(16384)), nullptr);
+  std::remove(path.c_str());
+  ASSERT_TRUE(s) << "a broken tail is a summary with an error, not a failure";
+  ASSERT_TRUE(s->error);
+  EXPECT_HAS(*s->error, "record 30 (file offset");
+  EXPECT_HAS(*s->error, "exceeds the maximum 262144");
+  EXPECT_EQ(s->records, 30u);
+  EXPECT_EQ(s->flows_clamped, 1u);
+  EXPECT_HAS(to_json(*s), "\"complete\":false,\n  \"error\":\"" + path);
+  EXPECT_HAS(to_text(*s), "CAPTURE BROKEN");
+}
+
+TEST(Replay, FilesThatCannotBeReadAreErrors) {
+  auto missing = replay_file("/nonexistent/x.pcap", 10, params(static_policy(16384)), nullptr);
+  ASSERT_FALSE(missing);
+  EXPECT_HAS(missing.error().message, "/nonexistent/x.pcap");
+  const std::string path = ::testing::TempDir() + "rsfc_replay_ng_" + std::to_string(::getpid());
+  testpcap::write_file(path, {0x0a, 0x0d, 0x0d, 0x0a, 0x1c, 0, 0, 0, 0x4d, 0x3c, 0x2b, 0x1a});
+  auto ng = replay_file(path, 10, params(static_policy(16384)), nullptr);
+  std::remove(path.c_str());
+  ASSERT_FALSE(ng);
+  EXPECT_HAS(ng.error().message, "pcapng is not supported");
+  auto off = replay_file(path, 10, params({}), nullptr);
+  ASSERT_FALSE(off);
+  EXPECT_HAS(off.error().message, "both knobs are off");
+}
+
+}  // namespace
+}  // namespace rsfc::replay
