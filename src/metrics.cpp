@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <functional>
 
+#include "rsfc/rsfc_controller.h"
+
 namespace rsfc {
 
 const char* to_string(Direction d) {
@@ -226,11 +228,13 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
               "New flows refused because eviction found nothing.",
               [](const CoreCounters& c) { return c.flows_table_full.get(); });
 
-  w.family("rsfcd_rsfc_flows", "gauge", "Flows per RSFC controller state (state index).");
+  static_assert(kRsfcStates == std::tuple_size_v<decltype(CoreCounters::rsfc_flows_in_state)>);
+  w.family("rsfcd_rsfc_flows", "gauge", "Flows per RSFC controller state.");
   for (const auto& q : qs) {
     if (q.core == nullptr) continue;
     for (size_t s = 0; s < q.core->rsfc_flows_in_state.size(); ++s) {
-      w.sample("rsfcd_rsfc_flows", qlabel(q.queue) + "," + label("state", std::to_string(s)),
+      w.sample("rsfcd_rsfc_flows",
+               qlabel(q.queue) + "," + label("state", to_string(static_cast<RsfcState>(s))),
                q.core->rsfc_flows_in_state[s].get());
     }
   }
