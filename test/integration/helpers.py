@@ -44,18 +44,15 @@ class SsSample:
     line: str
 
 
-_CONN = re.compile(r"^\S+\s+\d+\s+\d+\s+(\S+)\s+(\S+)")
-
-
 def parse_ss(text: str, t: float) -> list[SsSample]:
     out = []
     conn = None
     for line in text.splitlines():
         if not line.strip():
             continue
-        if not line[0].isspace():
-            m = _CONN.match(line)
-            conn = m.groups() if m else None
+        if not line[0].isspace():  # [state] recv-q send-q local peer
+            addrs = [tok for tok in line.split() if ":" in tok]
+            conn = (addrs[0], addrs[1]) if len(addrs) >= 2 else None
             continue
         if conn is None:
             continue

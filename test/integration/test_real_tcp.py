@@ -39,11 +39,16 @@ def assert_snd_wnd_clamped(samples, clamp: int, who: str):
                       f"samples, e.g. {over[0].line}")
     assert max(s.snd_wnd for s in steady) == bound, \
         f"{who}: the clamp {bound} never was the window (max {max(s.snd_wnd for s in steady)})"
+    print(f"{who}: clamp {clamp} -> bound {bound} (wscale {conn[0].snd_wscale}); "
+          f"{len(steady)} samples, max snd_wnd {max(s.snd_wnd for s in steady)}, "
+          f"max during handshake window {max(s.snd_wnd for s in conn)}")
     return conn
 
 
+@pytest.mark.parametrize("lab", [{"phone_timestamps": True}, {"phone_timestamps": False}],
+                         ids=["timestamps", "no-timestamps"], indirect=True)
 def test_uplink_static_clamp_real_upload(lab, rsfcd, artifacts):
-    clamp = 16384
+    clamp = 20000  # not a multiple of the scale unit: rounding up shows end to end
     d = rsfcd(static_cfg(uplink=clamp))
     port = 5201
     iperf3_server(lab, port, lab.workdir / "iperf3-server.log")
@@ -55,6 +60,7 @@ def test_uplink_static_clamp_real_upload(lab, rsfcd, artifacts):
     artifacts.add("ss samples (phone)", lab.workdir / "ss-phone.txt")
     rate = res["end"]["sum_received"]["bits_per_second"]
     assert rate > 5e6, f"upload too slow through the clamp: {rate / 1e6:.1f} Mbit/s"
+    print(f"upload through a {clamp} B uplink clamp: {rate / 1e6:.0f} Mbit/s")
     assert_snd_wnd_clamped(ss.samples, clamp, "phone (uplink knob)")
     m = d.metrics()
     assert m.value("rsfcd_windows_rewritten_total", direction="to_subscriber") > 100
@@ -62,7 +68,7 @@ def test_uplink_static_clamp_real_upload(lab, rsfcd, artifacts):
 
 
 def test_downlink_static_clamp_real_download(lab, rsfcd, artifacts):
-    clamp = 24576
+    clamp = 30000
     d = rsfcd(static_cfg(downlink=clamp))
     port = 5202
     iperf3_server(lab, port, lab.workdir / "iperf3-server.log")
@@ -72,6 +78,7 @@ def test_downlink_static_clamp_real_download(lab, rsfcd, artifacts):
     artifacts.add("ss samples (srv)", lab.workdir / "ss-srv.txt")
     rate = res["end"]["sum_received"]["bits_per_second"]
     assert rate > 5e6, f"download too slow through the clamp: {rate / 1e6:.1f} Mbit/s"
+    print(f"download through a {clamp} B downlink clamp: {rate / 1e6:.0f} Mbit/s")
     assert_snd_wnd_clamped(ss.samples, clamp, "server (downlink knob)")
     m = d.metrics()
     assert m.value("rsfcd_windows_rewritten_total", direction="from_subscriber") > 100
@@ -81,7 +88,7 @@ def test_downlink_static_clamp_real_download(lab, rsfcd, artifacts):
 def test_data_carrying_acks_bidirectional(lab, rsfcd, artifacts):
     """Bulk data both ways on one connection: the ACKs ride on (GSO-built) data segments,
     which the kernel segments before queueing; both knobs still bind."""
-    up, down = 16384, 24576
+    up, down = 20000, 30000
     d = rsfcd(static_cfg(uplink=up, downlink=down))
     port, seconds = 5300, 3
     srv = lab.popen("srv", [sys.executable, str(HERE / "bidir.py"), "server", str(port),
@@ -97,6 +104,8 @@ def test_data_carrying_acks_bidirectional(lab, rsfcd, artifacts):
     c = json.loads(cli.stdout)
     s = json.loads(out_srv.decode().splitlines()[-1])
     assert c["sent"] > 1e6 and s["sent"] > 1e6, f"too little data moved: {c} {s}"
+    print(f"bidirectional {seconds} s: phone sent {c['sent'] / 1e6:.0f} MB, "
+          f"server sent {s['sent'] / 1e6:.0f} MB")
     assert c["received"] == s["sent"] and s["received"] == c["sent"], \
         f"bytes lost or corrupted in transit: client {c}, server {s}"
     assert_snd_wnd_clamped(ss_phone.samples, up, "phone (uplink knob, data-carrying ACKs)")
@@ -104,6 +113,8 @@ def test_data_carrying_acks_bidirectional(lab, rsfcd, artifacts):
     m = d.metrics()
     assert m.value("rsfcd_windows_rewritten_total", direction="to_subscriber") > 100
     assert m.value("rsfcd_windows_rewritten_total", direction="from_subscriber") > 100
+    # Without NFQA_CFG_F_GSO the kernel segments GSO packets before queueing them.
+    assert m.value("rsfcd_queue_gso_packets_total") == 0
 
 
 def _queue_bound(lab, queue: int = 0) -> bool:

@@ -279,11 +279,21 @@ class Conn:
         self.synack_window = window
         return self.wire.send("srv", tcp_ip(self.v6, self.srv, self.phone, t), "SYN-ACK")
 
+    def scales_in_force(self) -> tuple[int, int]:
+        """(phone, server) shifts: RFC 7323 scaling is on only if both SYNs carry it."""
+        if self.phone_wscale is None or self.srv_wscale is None:
+            return 0, 0
+        return min(self.phone_wscale, 14), min(self.srv_wscale, 14)
+
     def handshake(self, syn_window: int = 64240, synack_window: int = 65160) -> list[Exchange]:
+        """SYN, SYN-ACK, ACK. The SYNs must arrive untouched. The third ACK advertises
+        exactly the edge the SYN offered (the least window that keeps it), which no policy
+        may lower either, so it must arrive untouched too."""
+        ack3 = math.ceil(syn_window / (1 << self.scales_in_force()[0]))
         xs = [self.syn(syn_window), self.synack(synack_window),
-              self.from_phone(ack_off=0, window=502, label="ACK3")]
+              self.from_phone(ack_off=0, window=ack3, label="ACK3")]
         for x in xs:
-            assert x.got == forwarded(x.sent), f"handshake {x.label} not forwarded unchanged"
+            assert_bytes(x, forwarded(x.sent), f"handshake {x.label} must pass unchanged")
         return xs
 
     def to_phone(self, ack_off: int, window: int, payload: bytes = b"", flags: str = "A",
