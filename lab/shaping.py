@@ -231,14 +231,15 @@ def main(argv=None) -> int:
     t = topo_mod.Topology(a.name)
     t._up = True  # attach to an existing topology (its namespaces are not ours to delete)
     link = scenarios.SCENARIOS[a.scenario].link
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     s = Shaping(t, link, engine=a.engine)
-    s.start()
-    print(f"{a.scenario} applied in {t.ns('bs')}: {json.dumps(link.to_dict())}; Ctrl-C removes it")
     try:
+        s.start()
+        print(f"{a.scenario} applied in {t.ns('bs')}: {json.dumps(link.to_dict())}; "
+              f"Ctrl-C removes it", flush=True)
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
-    except KeyboardInterrupt:
-        pass
-    s.stop()
+    finally:
+        s.stop()
     print(json.dumps(s.final_stats))
     return 0
 

@@ -1,0 +1,54 @@
+"""CI smoke version of the 3G bloated-uplink lab scenario (lab/scenarios.py).
+
+Real kernel TCP (iperf3, CUBIC on phone and server), ICMP RTT from the phone, the emulated
+3G link in the bs namespace (TBF bottlenecks + rsfc-linkem delay) and rsfcd on the gateway,
+shortened to about two minutes. Generous margins: this checks that the lab bloats like a
+cellular link and that `rsfc` undoes the damage, not the issue's fine-grained targets (the
+full run, `lab/scenarios.py --scenario 3g`, reports those).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import scenarios
+from shaping import linkem_binary
+
+DURATION_S = 20
+WARMUP_S = 8
+
+
+def _run(policy: str, kind: str, duration: float = DURATION_S, warmup: float = WARMUP_S):
+    r = scenarios.run_test(scenarios.SCENARIOS["3g"], policy, kind, duration, warmup,
+                           log=lambda m: print(m, flush=True))
+    print(f"{policy:>5} {kind:>4}: dl {r.dl_mbps} ul {r.ul_mbps} Mbit/s, RTT p50 "
+          f"{r.rtt_p50_ms} p95 {r.rtt_p95_ms} ms, ping {r.ping_lost}/{r.ping_sent} lost")
+    assert not r.errors, f"{policy} {kind}: {r.errors}"
+    return r
+
+
+@pytest.mark.timeout(240)
+def test_3g_smoke_rsfc_cuts_rtt_and_restores_download(prerequisites):
+    assert linkem_binary().exists(), f"rsfc-linkem not built at {linkem_binary()}"
+    link = scenarios.SCENARIOS["3g"].link
+
+    # The emulated link itself: idle RTT = base RTT, and one CUBIC download fills the
+    # 7.2 Mbit/s downlink (goodput 1448/1514 of the TBF rate).
+    idle = _run("none", "idle", duration=4, warmup=0.5)
+    assert link.base_rtt_ms - 1 <= idle.rtt_p50_ms <= link.base_rtt_ms + 8
+    dl_alone = _run("off", "dl")
+    assert dl_alone.dl_mbps >= 0.85 * link.down.rate_bps * 1448 / 1514 / 1e6
+
+    # Unregulated, a concurrent upload bloats the 1 MiB uplink buffer (seconds of RTT) and
+    # the download collapses: otherwise the comparison below proves nothing.
+    off = _run("off", "both")
+    assert off.rtt_p95_ms >= 1000
+    assert off.dl_mbps <= 0.6 * dl_alone.dl_mbps
+
+    rsfc = _run("rsfc", "both")
+    # RTT under load: far below `off`, and close to what the download alone causes.
+    assert rsfc.rtt_p95_ms <= 0.3 * off.rtt_p95_ms
+    assert rsfc.rtt_p95_ms <= dl_alone.rtt_p95_ms + 300
+    # The download comes back, and the upload is not starved.
+    assert rsfc.dl_mbps >= 0.7 * dl_alone.dl_mbps
+    assert rsfc.ul_mbps >= 0.5 * off.ul_mbps
