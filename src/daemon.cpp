@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -38,6 +39,15 @@ Nanos monotonic_now() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<Nanos>(ts.tv_sec) * kSecond + ts.tv_nsec;
+}
+
+// Keys the flow hash so that nobody outside can aim collisions at the table.
+uint64_t random_seed() {
+  uint64_t seed = 0;
+  if (getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed)) {
+    seed = static_cast<uint64_t>(monotonic_now()) ^ (static_cast<uint64_t>(getpid()) << 32);
+  }
+  return seed;
 }
 
 // At most one message per interval; says how many were suppressed in between.
@@ -86,7 +96,7 @@ class VerdictGuard {
 class Worker {
  public:
   Worker(uint16_t queue, uint32_t flows_max, const Config& cfg)
-      : queue_(queue), batch_(cfg.batch_size), engine_(flows_max, cfg.params) {}
+      : queue_(queue), batch_(cfg.batch_size), engine_(flows_max, cfg.params, random_seed()) {}
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
   ~Worker() { join(); }
