@@ -35,13 +35,17 @@ constexpr const char* kUsage =
     "is reported, with \"complete\": false); 2 bad arguments, config or file.\n";
 
 int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "rsfc-replay: %s\n%s", msg.c_str(), kUsage);
+  std::fprintf(stderr, "rsfc-replay: %s (rsfc-replay --help shows the usage)\n", msg.c_str());
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 1) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
   std::optional<std::string> config_path, policy_up, policy_down, out_path, summary_path, capture;
   std::optional<uint32_t> flows_max;
   for (int i = 1; i < argc; ++i) {
