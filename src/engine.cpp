@@ -2,14 +2,22 @@
 
 #include <algorithm>
 
+#include "rsfc/drwa.h"
+#include "rsfc/estimators.h"
 #include "rsfc/flow_table.h"
+#include "rsfc/rsfc_controller.h"
 #include "rsfc/window.h"
 
 namespace rsfc {
 
 // Regulator state per flow, parallel to the flow table.
 struct FlowRegulators {
-  int placeholder = 0;
+  UplinkRegulator up;
+  DownlinkRegulator down;
+  RsfcState counted_state = RsfcState::kStartup;
+  bool in_state_gauge = false;  // counted in rsfc_flows_in_state[counted_state]
+  bool counted_no_ts = false;   // counted in flows_no_timestamps
+  bool counted_tick = false;    // counted in rsfc_tick_estimates
 };
 
 const char* to_string(Policy p) {
@@ -35,6 +43,11 @@ bool in_any(const std::vector<Prefix>& nets, const IpAddr& a) {
     if (p.contains(a)) return true;
   }
   return false;
+}
+
+// Policies that run a regulator: the enforcing ones, and observe (estimates only).
+bool feeds_regulator(Policy p) {
+  return p == Policy::kRsfc || p == Policy::kDrwa || p == Policy::kObserve;
 }
 
 void count(CoreCounters& c, Direction d, Outcome o) {
@@ -78,12 +91,19 @@ uint32_t Engine::flows_max() const {
 
 void Engine::reset_flow_state(uint32_t idx) {
   if (idx >= regs_.size()) regs_.resize(idx + 1);  // grows only up to capacity (reserved)
+  forget_flow(idx);
   regs_[idx] = FlowRegulators{};
 }
 
+// Takes a flow out of the per-state gauges (it is being removed or reset).
 void Engine::forget_flow(uint32_t idx) {
-  (void)idx;
-  counters_.flows_active.set(flows_->size());
+  if (idx >= regs_.size()) return;
+  FlowRegulators& r = regs_[idx];
+  if (r.in_state_gauge) {
+    Counter& c = counters_.rsfc_flows_in_state[static_cast<size_t>(r.counted_state)];
+    c.set(c.get() - 1);
+    r.in_state_gauge = false;
+  }
 }
 
 PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta) {
@@ -130,7 +150,10 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
     }
     uint32_t evicted;
     idx = flows_->insert(key, h, FlowClass::kTentative, now, &evicted);
-    if (evicted != kNoFlow) counters_.flows_evicted.add();
+    if (evicted != kNoFlow) {
+      counters_.flows_evicted.add();
+      forget_flow(evicted);
+    }
     reset_flow_state(idx);
     counters_.flows_created.add();
     counters_.flows_active.set(flows_->size());
@@ -198,28 +221,37 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
         sender.edge_valid = true;
       }
     }
-    count(counters_, dir, Outcome::kPassed);  // SYNs are never touched
-    return {};
-  }
-
-  if (v.rst()) {
+  } else if (v.rst()) {
     f.state = FlowState::kClosed;
     flows_->set_class(idx, FlowClass::kClosed);
-    count(counters_, dir, Outcome::kPassed);
-    return {};
-  }
-  if (v.fin()) sender.fin_seen = true;
-  if (f.state == FlowState::kSynAckSeen && v.ack_flag()) {
-    f.state = FlowState::kEstablished;
-    flows_->set_class(idx, FlowClass::kEstablished);
-  }
-  if (f.sub.fin_seen && f.peer.fin_seen && f.state != FlowState::kClosed) {
-    f.state = FlowState::kClosed;
-    counters_.flows_closed.add();
-    flows_->set_class(idx, FlowClass::kClosed);
+  } else {
+    if (v.fin()) sender.fin_seen = true;
+    if (f.state == FlowState::kSynAckSeen && v.ack_flag()) {
+      f.state = FlowState::kEstablished;
+      flows_->set_class(idx, FlowClass::kEstablished);
+    }
+    if (f.sub.fin_seen && f.peer.fin_seen && f.state != FlowState::kClosed) {
+      f.state = FlowState::kClosed;
+      counters_.flows_closed.add();
+      flows_->set_class(idx, FlowClass::kClosed);
+    }
   }
 
-  if (!v.ack_flag()) {
+  // --- Regulators see every segment (SYNs included: handshake timing, ISN, MSS, TS) --
+  const TcpSegment seg = TcpSegment::from_view(v);
+  FlowRegulators& regs = regs_[idx];
+  const bool up_fed = feeds_regulator(params_.uplink.policy);
+  const bool down_fed = feeds_regulator(params_.downlink.policy);
+  if (dir == Direction::kFromSubscriber) {
+    if (up_fed) regs.up.on_uplink_segment(now, seg, params_.rsfc);
+    if (down_fed) regs.down.on_uplink_segment(now, seg, params_.drwa);
+  } else {
+    if (up_fed) regs.up.on_downlink_segment(now, seg, params_.rsfc);
+    if (down_fed) regs.down.on_downlink_segment(now, seg, params_.drwa);
+  }
+
+  // SYN, SYN-ACK and RST windows are never touched; nor is a segment without an ACK.
+  if (v.syn() || v.rst() || !v.ack_flag()) {
     count(counters_, dir, Outcome::kPassed);
     return {};
   }
@@ -233,14 +265,14 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   uint64_t target = UINT64_MAX;
   switch (knob.policy) {
     case Policy::kOff:
-    case Policy::kObserve:
+      break;
+    case Policy::kObserve:  // runs the estimators for the decision log, never enforces
+    case Policy::kRsfc:
+    case Policy::kDrwa:
+      target = regulator_target(idx, dir, now);
       break;
     case Policy::kStatic:
       target = knob.static_window_bytes;
-      break;
-    case Policy::kRsfc:
-    case Policy::kDrwa:
-      target = regulator_target(idx, dir, v, now);
       break;
   }
 
@@ -266,6 +298,8 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
       set_tcp_window(pkt, v, c.raw_window, meta.checksum);
       if (meta.checksum == ChecksumState::kNotReady) counters_.checksum_full.add();
       counters_.windows_rewritten[d].add();
+      if (knob.policy == Policy::kRsfc) counters_.rsfc_windows_applied.add();
+      if (knob.policy == Policy::kDrwa) counters_.drwa_windows_applied.add();
       final_raw = c.raw_window;
       result = {.outcome = Outcome::kRewritten, .modified = true};
     }
@@ -275,21 +309,82 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
     receiver.right_edge = edge;
     receiver.edge_valid = true;
   }
+  if (dir == Direction::kToSubscriber && up_fed) {
+    regs.up.on_window_forwarded(now, v.ack, edge, params_.rsfc);
+  }
   count(counters_, dir, result.outcome);
   return result;
 }
 
-uint64_t Engine::regulator_target(uint32_t idx, Direction dir, const PacketView& v, Nanos now) {
-  (void)idx;
-  (void)dir;
-  (void)v;
-  (void)now;
-  return UINT64_MAX;
+uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now) {
+  FlowRegulators& r = regs_[idx];
+  const Flow& f = flows_->at(idx);
+  WindowDecision d;
+  DecisionRecord rec;
+  if (dir == Direction::kToSubscriber) {
+    d = r.up.target_window(now, params_.rsfc);
+    const UplinkRegulator& u = r.up;
+    // Per-state gauge and once-per-flow health counters.
+    if (!r.in_state_gauge || r.counted_state != u.state()) {
+      forget_flow(idx);
+      r.counted_state = u.state();
+      Counter& c = counters_.rsfc_flows_in_state[static_cast<size_t>(u.state())];
+      c.set(c.get() + 1);
+      r.in_state_gauge = true;
+    }
+    if (!r.counted_tick && u.tick_estimated()) {
+      r.counted_tick = true;
+      counters_.rsfc_tick_estimates.add();
+    }
+    if (!r.counted_no_ts && !u.timestamps() && d.window != kNoClamp) {
+      r.counted_no_ts = true;
+      counters_.flows_no_timestamps.add();
+    }
+    if (d.stepped && sink_) {
+      rec.knob = "uplink";
+      rec.state = u.state_name();
+      rec.tick_ms = u.tick_ms();
+      rec.t_buff_ms = u.t_buff() ? static_cast<double>(*u.t_buff()) / 1e6 : -1;
+      rec.rate_bps = u.rate();
+      rec.rtt_min_ms = u.rtt_min() ? static_cast<double>(*u.rtt_min()) / 1e6 : -1;
+      rec.rtt_ms = u.rtt_used() ? static_cast<double>(*u.rtt_used()) / 1e6 : -1;
+      rec.timestamps = u.timestamps();
+    }
+  } else {
+    d = r.down.target_window(now, params_.drwa);
+    const DownlinkRegulator& dr = r.down;
+    if (d.stepped && sink_) {
+      rec.knob = "downlink";
+      rec.state = "drwa";
+      rec.rate_bps = dr.rate();
+      rec.rtt_min_ms = dr.rtt_min() ? static_cast<double>(*dr.rtt_min()) / 1e6 : -1;
+      rec.rtt_ms = dr.rtt_est() ? static_cast<double>(*dr.rtt_est()) / 1e6 : -1;
+      rec.timestamps = dr.timestamps();
+    }
+  }
+  const uint64_t target = d.window == kNoClamp ? UINT64_MAX : d.window;
+  if (d.stepped && sink_) {
+    rec.time = now;
+    IpAddr sub, peer;
+    sub.family = peer.family = f.key.family;
+    sub.bytes = f.key.sub_addr;
+    peer.bytes = f.key.peer_addr;
+    rec.subscriber = sub;
+    rec.peer = peer;
+    rec.subscriber_port = f.key.sub_port;
+    rec.peer_port = f.key.peer_port;
+    rec.window_bytes =
+        target == UINT64_MAX ? 0 : std::max<uint64_t>(target, params_.min_window_bytes);
+    rec.enforced = (dir == Direction::kToSubscriber ? params_.uplink : params_.downlink).policy !=
+                   Policy::kObserve;
+    sink_->on_decision(rec);
+  }
+  return target;
 }
 
 void Engine::expire(Nanos now) {
   auto drop = [this](uint32_t idx) {
-    (void)idx;
+    forget_flow(idx);
     counters_.flows_expired.add();
   };
   flows_->expire_class(FlowClass::kClosed, now - params_.closed_timeout, drop);

@@ -36,7 +36,8 @@ struct DecisionRecord {
   double rate_bps = 0;     // delivered rate rho, bytes/s
   double rtt_min_ms = -1;
   double rtt_ms = -1;         // the round trip the controller sizes the window on
-  uint64_t window_bytes = 0;  // target window (bytes) after floor
+  uint64_t window_bytes = 0;  // target window (bytes) after floor; 0 = no clamp
+  bool enforced = true;       // false under policy observe (what it would have applied)
   bool timestamps = false;
 };
 
@@ -82,7 +83,7 @@ class Engine {
  private:
   void reset_flow_state(uint32_t idx);
   void forget_flow(uint32_t idx);
-  uint64_t regulator_target(uint32_t idx, Direction dir, const PacketView& v, Nanos now);
+  uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now);
 
   EngineParams params_;
   std::unique_ptr<FlowTable> flows_;
