@@ -28,72 +28,113 @@ void TickEstimator::publish(double g, bool snapped, Quality q) {
   if (changed) ++version_;
 }
 
-void TickEstimator::reanchor(Nanos arrival, int64_t ticks) {
-  anchor_a_ = arrival;
-  anchor_t_ = ticks;
-  have_anchor_ = true;
-  block_open_ = false;
-  checkpoint_span_ = 0;
+void TickEstimator::reanchor() {
+  upper_.reanchor();
+  lower_.reanchor();
+}
+
+bool TickEstimator::Slope::add(Nanos t, int64_t ticks) {
+  if (!anchored_) {
+    anchored_ = true;
+    open_ = false;
+    anchor_t_ = t;
+    anchor_ticks_ = ticks;
+    checkpoint_span_ = 0;
+    return false;
+  }
+  const Nanos span = t - anchor_t_;
+  const int64_t dt = ticks - anchor_ticks_;
+  if (span < kMinSpan || dt <= 0) return false;
+  const double slope = static_cast<double>(span) / static_cast<double>(dt);
+  if (!open_) {
+    open_ = true;
+    block_start_ = t;
+    best_ = slope;
+    return false;
+  }
+  if (take_min_ ? slope < best_ : slope > best_) best_ = slope;
+  if (t - block_start_ < kBlock) return false;
+  // Block end: publish its extreme, check stability across doublings of the span.
+  value_ = best_;
+  has_value_ = true;
+  if (checkpoint_span_ == 0) {
+    checkpoint_span_ = span;
+    checkpoint_value_ = value_;
+  } else if (span >= 2 * checkpoint_span_) {
+    stable_ = std::fabs(value_ - checkpoint_value_) <= value_ * kStableTolerance;
+    checkpoint_span_ = span;
+    checkpoint_value_ = value_;
+  }
+  block_start_ = t;
+  best_ = slope;
+  return true;
 }
 
 void TickEstimator::on_sample(Nanos arrival, int64_t ticks) {
-  if (!have_anchor_) {
-    reanchor(arrival, ticks);
-    return;
-  }
-  const Nanos span = arrival - anchor_a_;
-  const int64_t dt = ticks - anchor_t_;
-  if (span < kMinSpan || dt <= 0) return;
-  const double slope = static_cast<double>(span) / static_cast<double>(dt);
-  if (!block_open_) {
-    block_open_ = true;
-    block_start_ = arrival;
-    block_min_slope_ = slope;
-    return;
-  }
-  if (slope < block_min_slope_) block_min_slope_ = slope;
-  if (arrival - block_start_ >= kBlock) {
-    end_block();
-    block_start_ = arrival;
-    block_min_slope_ = slope;
-  }
+  if (upper_.add(arrival, ticks)) decide();
 }
 
-void TickEstimator::end_block() {
-  raw_ = block_min_slope_;
-  const Nanos span = block_start_ + kBlock - anchor_a_;  // about the span of this block
+void TickEstimator::on_echo(Nanos forwarded, int64_t ticks) {
+  if (!lower_.anchored()) {
+    echo_first_t_ = forwarded;
+    echo_first_ticks_ = ticks;
+  } else if (quality_ == Quality::kUnknown) {
+    // Provisional value from the first echoes (blind to the uplink queue).
+    try_hint(forwarded - echo_first_t_, ticks - echo_first_ticks_);
+  }
+  if (lower_.add(forwarded, ticks)) decide();
+}
+
+void TickEstimator::decide() {
+  if (quality_ == Quality::kEstimated && snapped_) return;  // a snap is final
+  const auto u = upper_.value();
+  const auto l = lower_.value();
+  // A side that has samples but no value yet gets its chance first.
+  if ((!u && upper_.anchored()) || (!l && lower_.anchored())) return;
+  if (!u && !l) return;
+  const double lo = std::min(l ? *l : *u, u ? *u : *l);
+  const double hi = std::max(l ? *l : *u, u ? *u : *l);
+  // A narrow bracket: the one candidate inside it. A wide one almost always means an uplink
+  // queue growing under an unregulated sender (startup), which inflates U only: then only a
+  // candidate close to L counts (3.333 ms with U inflated to 4 must not become 4).
+  const double top = hi / lo - 1.0 <= kMaxBracket ? hi : std::min(hi, lo * (1.0 + kLowerSlack));
+  std::optional<Nanos> match;
+  int matches = 0;
   for (Nanos c : kCandidates) {
     const double cd = static_cast<double>(c);
-    if (std::fabs(raw_ / cd - 1.0) <= kSnapTolerance) {
-      if (!(snapped_ && quality_ == Quality::kEstimated && g_ == cd)) {
-        publish(cd, true, Quality::kEstimated);
-      }
-      return;
+    if (cd >= lo * (1.0 - kSnapTolerance) && cd <= top * (1.0 + kSnapTolerance)) {
+      match = c;
+      ++matches;
     }
   }
-  if (quality_ == Quality::kEstimated && snapped_) return;  // a snap is final
-  // Odd value: accept once the estimate is stable across a doubling of the span (the
-  // anchor's own queueing biases it by q/span, so an unstable estimate is still biased).
-  if (quality_ == Quality::kEstimated) {
-    if (std::fabs(raw_ - g_) > g_ * 1e-4) publish(raw_, false, Quality::kEstimated);
+  if (matches == 1) {
+    publish(static_cast<double>(*match), true, Quality::kEstimated);
     return;
   }
-  if (checkpoint_span_ == 0) {
-    checkpoint_span_ = span;
-    checkpoint_raw_ = raw_;
-  } else if (span >= 2 * checkpoint_span_) {
-    if (std::fabs(raw_ - checkpoint_raw_) <= raw_ * kStableTolerance) {
-      publish(raw_, false, Quality::kEstimated);
-    }
-    checkpoint_span_ = span;
-    checkpoint_raw_ = raw_;
+  // Odd value: the stable side(s).
+  double sum = 0;
+  int n = 0;
+  if (u && upper_.stable()) {
+    sum += *u;
+    ++n;
+  }
+  if (l && lower_.stable()) {
+    sum += *l;
+    ++n;
+  }
+  if (n == 0) return;
+  const double g = sum / n;
+  if (quality_ != Quality::kEstimated || std::fabs(g - g_) > g_ * 1e-4) {
+    publish(g, false, Quality::kEstimated);
   }
 }
 
 void TickEstimator::on_handshake(Nanos a_syn, int64_t t_syn, Nanos a_ack, int64_t t_ack) {
   if (quality_ != Quality::kUnknown) return;
-  const Nanos span = a_ack - a_syn;
-  const int64_t dt = t_ack - t_syn;
+  try_hint(a_ack - a_syn, t_ack - t_syn);
+}
+
+void TickEstimator::try_hint(Nanos span, int64_t dt) {
   if (span < kHintMinSpan || dt < 2) return;
   const double hint = static_cast<double>(span) / static_cast<double>(dt);
   std::optional<Nanos> match;
@@ -127,11 +168,12 @@ void UplinkDelayEstimator::on_handshake(Nanos a_syn, uint32_t ts_syn, Nanos a_ac
 }
 
 std::optional<Nanos> UplinkDelayEstimator::on_segment(Nanos now, uint32_t tsval, Nanos horizon,
-                                                      Nanos filter) {
+                                                      Nanos filter,
+                                                      std::optional<Nanos> echo_forwarded) {
   const int64_t ticks = unwrap_.unwrap(tsval);
   if (have_last_ && now - last_sample_ > horizon) {
     // Idle longer than the horizon: nothing from before is trusted (see header).
-    tick_.reanchor(now, ticks);
+    tick_.reanchor();
     dmin_.clear();
     filter_.clear();
     has_ref_ = false;
@@ -142,6 +184,7 @@ std::optional<Nanos> UplinkDelayEstimator::on_segment(Nanos now, uint32_t tsval,
   have_last_ = true;
   last_ticks_ = ticks;
   tick_.on_sample(now, ticks);
+  if (echo_forwarded) tick_.on_echo(*echo_forwarded, ticks);
   if (!tick_.known()) return std::nullopt;
 
   if (!has_ref_) {

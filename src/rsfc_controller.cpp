@@ -62,20 +62,26 @@ void UplinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const Rs
   const Nanos spacing = std::max(kMinSlotSpacing, iv / kSlotsPerRtt);
 
   if (ts_ && s.has_ts) {
-    const auto tb = delay_.on_segment(now, s.tsval, horizon(p), p.tbuff_filter);
+    std::optional<Nanos> ph;  // gateway -> phone -> gateway, when this segment echoes a slot
+    if (s.ack_flag()) ph = phone_echo_.on_echo(now, s.tsecr);
+    const auto tb = delay_.on_segment(now, s.tsval, horizon(p), p.tbuff_filter,
+                                      ph ? std::optional<Nanos>(now - *ph) : std::nullopt);
     server_echo_.on_forward(now, s.tsval, spacing);
-    if (s.ack_flag()) {
-      if (auto ph = phone_echo_.on_echo(now, s.tsecr)) {
-        phone_half_min_.update(now, *ph, horizon(p));
-        if (tb) {
-          const Nanos ex = std::max<Nanos>(0, *ph - *tb);
-          phone_ex_.add(static_cast<double>(ex), kRttGain);
-          // Recent maximum of the raw samples, each taken as min(this, previous): one
-          // outlier (a phone that did not send at once) does not count.
-          if (has_prev_ex_) ex_max_.update(now, std::min(ex, prev_ex_), p.rtt_max_window);
-          prev_ex_ = ex;
-          has_prev_ex_ = true;
+    if (ph) {
+      last_phone_side_ = *ph;
+      phone_half_min_.update(now, *ph, horizon(p));
+      if (tb) {
+        const Nanos ex = std::max<Nanos>(0, *ph - *tb);
+        phone_ex_.add(static_cast<double>(ex), kRttGain);
+        // Slow, time-based average: the round trip the window is sized on.
+        if (!ex_slow_.has()) {
+          ex_slow_.add(static_cast<double>(ex), 1.0);
+        } else if (now > ex_slow_at_) {
+          const double dt = static_cast<double>(now - ex_slow_at_);
+          const double tau = static_cast<double>(std::max<Nanos>(p.rtt_smoothing, 1));
+          ex_slow_.add(static_cast<double>(ex), 1.0 - std::exp(-dt / tau));
         }
+        ex_slow_at_ = now;
       }
     }
   }
@@ -87,6 +93,7 @@ void UplinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const Rs
   // Timestamp-less: server half by seq/ack matching, phone side by the window-opening lag.
   server_probe_.on_data(now, s.seq, s.payload_len);
   if (auto lag = lag_.on_data(now, s.seq + s.payload_len)) {
+    last_phone_side_ = *lag;
     phone_half_min_.update(now, *lag, horizon(p));
     lag_filter_.update(now, *lag, lag_window(p));
     phone_ex_.add(static_cast<double>(*lag), kRttGain);
@@ -137,7 +144,7 @@ WindowDecision UplinkRegulator::target_window(Nanos now, const RsfcParams& p) {
   WindowDecision d;
   if (now >= next_step_) d.stepped = step(now, p);
   d.window = window();
-  if (!clamping_ && p.initial_window_bytes > 0) d.window = p.initial_window_bytes;
+  if (!clamping_) d.window = startup_window(p);
   return d;
 }
 
@@ -170,13 +177,35 @@ void UplinkRegulator::enter_monitor(Nanos now, const RsfcParams& p) {
   monitor_steps_ = 0;
   monitor_min_tb_ = -1;
   const double drain = std::max(p.drain_fraction * rho_ * seconds(rtt_now_), min_window());
+  w_before_monitor_ = w_;
   w_ = std::min(w_, drain);
   cut_edge_ = edge_max_;
 }
 
 void UplinkRegulator::leave_monitor(Nanos now) {
+  // The drain was a measurement: the window goes back to where it was (the slow state then
+  // judges the queue afresh against the confirmed minimum).
+  w_ = std::max(w_, w_before_monitor_);
   state_ = RsfcState::kSlow;
   evidence_since_ = now;
+}
+
+// Scheduled drains happen at period boundaries of the gateway's clock (plus the phase the
+// engine may give per subscriber), so that all flows of one phone, which share one buffer,
+// drain together: one flow alone cannot empty a buffer its siblings keep filling.
+bool UplinkRegulator::refresh_due(Nanos now, Nanos prev_step, const RsfcParams& p) const {
+  if (p.min_refresh <= 0) return false;
+  const Nanos t = now + drain_phase_;
+  const Nanos boundary = now - ((t % p.min_refresh) + p.min_refresh) % p.min_refresh;
+  // Unconditional: a flow that joined while its siblings kept a queue took that queue for
+  // its minimum and "confirms" it all the time; only a drain of all of them shows the truth.
+  return prev_step < boundary && now - evidence_since_ > p.min_refresh / 2;
+}
+
+uint32_t UplinkRegulator::startup_window(const RsfcParams& p) const {
+  const double base = p.initial_window_bytes > 0 ? p.initial_window_bytes : kStartupWindow;
+  const double w = std::max(base, startup_inflight_ * kStartupGrowth);
+  return w >= static_cast<double>(kNoClamp - 1) ? kNoClamp - 1 : static_cast<uint32_t>(w);
 }
 
 bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
@@ -204,9 +233,8 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
     if (delay_.ready()) tb_ = delay_.filtered(now, p.tbuff_filter);
     if (phone_ex_.has()) {
       const Nanos ex = std::llround(phone_ex_.get());
-      const auto mx = ex_max_.get(now, p.rtt_max_window);
       rtt_now_ = ex + srv_v;
-      rtt_ = std::max(ex, mx ? mx->value : ex) + srv_v;
+      rtt_ = std::llround(ex_slow_.has() ? ex_slow_.get() : phone_ex_.get()) + srv_v;
     }
   } else if (ph) {
     if (const auto f = lag_filter_.get(now, lag_window(p))) {
@@ -217,8 +245,15 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
   }
   const Nanos iv = interval(p);
   next_step_ = now + iv;
+  const Nanos prev_step = last_step_at_;
+  last_step_at_ = now;
   rho_ = rate_.max(now, iv);
 
+  if (state_ == RsfcState::kStartup && rate_.has_sample()) {
+    // In flight now, by Little's law on the round trip the phone sees (its queue included).
+    const Nanos seen = std::max(rtt_min_.value_or(0), last_phone_side_ + srv_v);
+    startup_inflight_ = rho_ * seconds(seen);
+  }
   const bool ready = tb_ && rtt_ && rho_ > 0 && rate_.has_sample();
   if (!ready) return false;
   const bool sending = now - last_data_at_ <= iv;
@@ -249,8 +284,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         enter_fast(p);
         return true;
       }
-      const Nanos evidence = std::max(evidence_since_, confirmed_at());
-      if (sending && now - evidence > p.min_refresh) {
+      if (sending && refresh_due(now, prev_step, p)) {
         enter_monitor(now, p);
         return true;
       }
@@ -262,8 +296,11 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         w_ += mss;
       }
       if (sending) {
+        // Never grow a window the phone does not use; shrink it only when clearly unused
+        // (the in-flight estimate is rough: rate and round trip both fluctuate).
         const double cap = (1.0 + p.growth_per_rtt) * used + 2.0 * mss;
-        w_ = std::min(w_, std::max(cap, prev * (1.0 - kMaxDecayPerStep)));
+        if (w_ > cap) w_ = std::max(cap, prev);
+        if (cap < kUnusedFraction * prev) w_ = std::max(cap, prev * (1.0 - kMaxDecayPerStep));
       } else {
         w_ = prev;  // no data: no evidence either way
       }
@@ -272,6 +309,10 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
     }
 
     case RsfcState::kFast:
+      if (sending && refresh_due(now, prev_step, p)) {
+        enter_monitor(now, p);
+        return true;
+      }
       fast_step(p);
       if (tb <= T + slack) {
         state_ = RsfcState::kSlow;
@@ -288,11 +329,13 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
       if (!cut_in_force()) return true;
       if (monitor_min_tb_ < 0 || tb < monitor_min_tb_) monitor_min_tb_ = tb;
       if (++monitor_steps_ >= kMonitorSteps) {
-        // The drain did not empty the buffer: what is left is not our queue.
-        const Nanos by = static_cast<Nanos>(monitor_min_tb_);
-        if (ts_) {
-          delay_.raise_baseline(now, by);
-        } else {
+        // The drain did not empty the buffer. Without timestamps, what is left is not this
+        // flow's queue (the phone-side round trip includes the downlink queue): it becomes
+        // the new baseline. With timestamps min(d) is a physical one-way delay: raising it
+        // because siblings sharing the buffer kept it filled would ratchet the queue up, so
+        // it is left to age out over the horizon (a route change costs at most that long).
+        if (!ts_) {
+          const Nanos by = static_cast<Nanos>(monitor_min_tb_);
           phone_half_min_.reset_to(now, ph->value + by);
           lag_filter_.clear();
           lag_confirmed_at_ = now;

@@ -669,7 +669,7 @@ class Simulation {
         target = d.window;
         if (d.stepped) {
           ++state_steps[f.rsfc.state()];
-          if (trace_ && p.flow == 0) trace(f);
+          if (trace_) trace(p.flow, f);
         }
       }
       if (sc_.uplink == Policy::kStatic) target = sc_.static_window;
@@ -716,16 +716,17 @@ class Simulation {
     });
   }
 
-  void trace(const FlowState& f) {
+  void trace(int flow, const FlowState& f) {
     const UplinkRegulator& r = f.rsfc;
-    std::fprintf(trace_, "%.3f,%s,%u,%.1f,%.1f,%.1f,%.0f,%.1f,%.1f,%.1f,%.0f\n",
+    std::fprintf(trace_, "%d,%.3f,%s,%u,%.1f,%.1f,%.1f,%.0f,%.1f,%.1f,%.1f,%.0f,%.1f\n", flow,
                  static_cast<double>(ev_.now()) / 1e9, r.state_name(), r.window(),
                  r.t_buff() ? static_cast<double>(*r.t_buff()) / 1e6 : -1.0,
                  r.rtt_used() ? static_cast<double>(*r.rtt_used()) / 1e6 : -1.0,
                  static_cast<double>(r.threshold()) / 1e6, r.rate() * 8,
                  static_cast<double>(up_.queue_delay()) / 1e6,
                  static_cast<double>(down_.queue_delay()) / 1e6,
-                 r.rtt_min() ? static_cast<double>(*r.rtt_min()) / 1e6 : -1.0, f.phone->cwnd);
+                 r.rtt_min() ? static_cast<double>(*r.rtt_min()) / 1e6 : -1.0, f.phone->cwnd,
+                 static_cast<double>(r.rtt_now()) / 1e6);
   }
 
   Scenario sc_;

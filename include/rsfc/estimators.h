@@ -161,65 +161,108 @@ class TsUnwrapper {
 // The subscriber's timestamp tick length g (ns per TSval tick), one estimator per flow
 // (TS offsets differ per connection: never compare TSvals across flows).
 //
-// Arrival a = send time + one-way delay + queueing q >= 0, and TSval = floor((send + off)/g),
-// so points (TSval, a) lie on or above a line of slope g. The estimator keeps an anchor (the
-// flow's first sample, normally its SYN, which waits behind none of the flow's own data)
-// and, once the arrival span reaches kMinSpan, takes in each block of kBlock the SMALLEST
-// slope (a - a0)/(T - T0): the sample of the block nearest the lower envelope. The error is
-// (q_anchor + g) / span, so it shrinks as the flow lives on.
-//  - Snapped: within kSnapTolerance of 1, 4 or 10 ms (HZ 1000/250/100 and the 1 ms clocks of
-//    current Linux, Android, iOS, Windows) the estimate is exactly that value.
-//  - Odd values (3.333 ms of HZ=300, 1 us of Linux's usec TS option, anything else) are used
-//    once two estimates at spans S and >= 2S agree within kStableTolerance; they keep being
-//    refined (the span grows).
+// Two slopes of gateway time against the phone's tick count bracket g:
+//  - upper bound U, from the phone's segments: arrival a = send + one-way delay + q_up with
+//    q_up >= 0, TSval = floor((send + off) / g). From an anchor (the flow's first segment,
+//    normally its SYN, which waits behind none of the flow's own data) the smallest slope
+//    (a - a0) / (T - T0) in each block of kBlock is U: too high by q_up(now)/span at most,
+//    and only while the uplink queue grows (an unregulated sender filling its buffer).
+//  - lower bound L, from echoes: the gateway forwards a segment carrying the server's TSval X
+//    at f; the phone's first segment echoing X carries its own TSval T, sent on receipt:
+//    T * g = f + downlink delay + reaction + const. The largest slope (f - f0) / (T - T0)
+//    per block is L: too low by (downlink queue + reaction growth)/span at most. This side
+//    does not see the uplink queue at all, the other side does not see the downlink.
+// The estimate, after an arrival span of kMinSpan:
+//  - snapped to 1, 4 or 10 ms (HZ 1000/250/100, and the 1 ms clocks of current Linux,
+//    Android, iOS, Windows) when it is the only candidate within kSnapTolerance of the
+//    bracket [L, U] and the bracket is narrower than kMaxBracket (one side alone: within
+//    kSnapTolerance of it); a snap is final;
+//  - otherwise an odd value (3.333 ms of HZ=300, 1 us of Linux's usec TS option, anything):
+//    a side whose value agrees within kStableTolerance at spans S and >= 2S (a biased side
+//    drifts as its bias shrinks like 1/span), the mean of both when both are stable; it keeps
+//    being refined as the span grows.
 //  - A provisional value may come from the handshake (SYN -> third ACK, both from the phone,
-//    normally through an empty uplink buffer): snapped to a candidate only when the
-//    quantisation error (one tick over the span) cannot make it another candidate. It lets
-//    the controller work in the first second; the long-span estimate replaces it.
-//  - reanchor() (after an idle gap longer than the delay horizon) restarts the span but keeps
-//    the current value: a phone that suspended during the gap stopped its TS clock
+//    normally through an empty uplink buffer) or from the first two echoes (blind to the
+//    uplink queue, e.g. a sibling flow's initial window queued ahead of this flow's ACK):
+//    snapped to a candidate only when the quantisation error (one tick over the span) cannot
+//    make it another candidate. It lets the controller work in the first second; the
+//    long-span estimate replaces it.
+//  - reanchor() (after an idle gap longer than the delay horizon) restarts both spans but
+//    keeps the current value: a phone that suspended during the gap stopped its TS clock
 //    (CLOCK_MONOTONIC), which would bias a slope taken across the gap.
 class TickEstimator {
  public:
   static constexpr std::array<Nanos, 3> kCandidates{1 * kMilli, 4 * kMilli, 10 * kMilli};
   static constexpr double kSnapTolerance = 0.02;     // relative
+  static constexpr double kMaxBracket = 0.10;        // U / L - 1 above this: wide bracket
+  static constexpr double kLowerSlack = 0.05;        // wide bracket: candidate within L + this
   static constexpr double kStableTolerance = 0.005;  // relative, odd values
   static constexpr double kHintSlack = 0.05;         // relative, on top of one tick
-  static constexpr Nanos kMinSpan = 1 * kSecond;     // arrival span before any estimate
-  static constexpr Nanos kBlock = 250 * kMilli;      // one estimate per block
+  static constexpr Nanos kMinSpan = 1 * kSecond;     // span before a side has a value
+  static constexpr Nanos kBlock = 250 * kMilli;      // one value per block
   static constexpr Nanos kHintMinSpan = 10 * kMilli;
 
   enum class Quality : uint8_t { kUnknown, kHint, kEstimated };
 
+  // A segment from the phone carrying `ticks` (unwrapped TSval) arrived at the gateway.
   void on_sample(Nanos arrival, int64_t ticks);
+  // That segment echoed a TSval the gateway had first forwarded towards the phone at
+  // `forwarded`.
+  void on_echo(Nanos forwarded, int64_t ticks);
   // Two subscriber segments of the handshake (SYN, then the ACK of the SYN-ACK).
   void on_handshake(Nanos a_syn, int64_t t_syn, Nanos a_ack, int64_t t_ack);
-  void reanchor(Nanos arrival, int64_t ticks);
+  void reanchor();
 
   Quality quality() const { return quality_; }
   bool known() const { return quality_ != Quality::kUnknown; }
   bool snapped() const { return snapped_; }
   double ns_per_tick() const { return g_; }  // 0 when unknown
-  double raw_estimate() const { return raw_; }
+  std::optional<double> upper() const { return upper_.value(); }
+  std::optional<double> lower() const { return lower_.value(); }
   // Changes whenever ns_per_tick() changes, so users can re-base stored values.
   uint32_t version() const { return version_; }
 
  private:
-  void publish(double g, bool snapped, Quality q);
-  void end_block();
+  // Slope of gateway time against ticks from an anchor, one extreme per block.
+  class Slope {
+   public:
+    explicit Slope(bool take_min) : take_min_(take_min) {}
+    // True when a block ended (a new value).
+    bool add(Nanos t, int64_t ticks);
+    void reanchor() { anchored_ = open_ = false; }
+    std::optional<double> value() const {
+      if (!has_value_) return std::nullopt;
+      return value_;
+    }
+    bool anchored() const { return anchored_; }
+    bool stable() const { return stable_; }
 
-  Nanos anchor_a_ = 0;
-  int64_t anchor_t_ = 0;
-  Nanos block_start_ = 0;
-  double block_min_slope_ = 0;
+   private:
+    Nanos anchor_t_ = 0;
+    int64_t anchor_ticks_ = 0;
+    Nanos block_start_ = 0;
+    double best_ = 0;
+    double value_ = 0;
+    double checkpoint_value_ = 0;  // value at span checkpoint_span_
+    Nanos checkpoint_span_ = 0;
+    bool take_min_;
+    bool anchored_ = false;
+    bool open_ = false;
+    bool has_value_ = false;
+    bool stable_ = false;  // agreed with itself across a doubling of the span
+  };
+
+  void publish(double g, bool snapped, Quality q);
+  void decide();
+  void try_hint(Nanos span, int64_t dt);
+
+  Slope upper_{true};
+  Slope lower_{false};
+  Nanos echo_first_t_ = 0;  // first echo sample (provisional hint)
+  int64_t echo_first_ticks_ = 0;
   double g_ = 0;
-  double raw_ = 0;
-  double checkpoint_raw_ = 0;  // odd values: estimate at span checkpoint_span_
-  Nanos checkpoint_span_ = 0;
   uint32_t version_ = 0;
   Quality quality_ = Quality::kUnknown;
-  bool have_anchor_ = false;
-  bool block_open_ = false;
   bool snapped_ = false;
 };
 
@@ -243,8 +286,10 @@ class UplinkDelayEstimator {
   static constexpr Nanos kConfirmFloor = 2 * kMilli;  // see min_confirmed_at()
 
   // One segment from the subscriber with its TSval. Returns this segment's raw t_buff once
-  // g is known.
-  std::optional<Nanos> on_segment(Nanos now, uint32_t tsval, Nanos horizon, Nanos filter);
+  // g is known. `echo_forwarded`: when the segment echoed a TSval whose first forwarding
+  // towards the phone the caller timed, that time (feeds the tick estimate's lower bound).
+  std::optional<Nanos> on_segment(Nanos now, uint32_t tsval, Nanos horizon, Nanos filter,
+                                  std::optional<Nanos> echo_forwarded = std::nullopt);
   // Handshake pair for the provisional tick (see TickEstimator::on_handshake).
   void on_handshake(Nanos a_syn, uint32_t ts_syn, Nanos a_ack, uint32_t ts_ack);
 

@@ -34,16 +34,16 @@ struct RsfcParams {
   Nanos threshold_floor = 20 * kMilli;         // auto T never below this (TS granularity)
   Nanos threshold_ceiling = 80 * kMilli;       // auto T never above this (latency budget)
   Nanos min_window_horizon = 10 * kSecond;     // sliding window for min(d) and RTT_min
-  Nanos tbuff_filter = 100 * kMilli;           // short windowed minimum on t_buff samples
+  Nanos tbuff_filter = 200 * kMilli;           // short windowed minimum on t_buff samples
   Nanos control_interval_floor = 20 * kMilli;  // time base floor for "per RTT" steps
-  Nanos rtt_max_window = 2 * kSecond;          // the window is sized on the max RTT over this
+  Nanos rtt_smoothing = 1 * kSecond;           // the window is sized on the RTT averaged over this
   double growth_per_rtt = 0.25;                // probe: multiplicative growth per step ...
   double probe_step_queue = 0.5;               // ... but at most rho * this * T bytes per step
   double probe_below = 0.25;                   // probe only while t_buff < this * T
   double fast_target = 0.5;                    // fast state: window = rho * (RTT + this * T)
-  Nanos min_refresh = 5 * kSecond;             // no empty-buffer evidence this long -> monitor
+  Nanos min_refresh = 5 * kSecond;             // period of the scheduled drains (monitor)
   double drain_fraction = 0.75;                // monitor: window = this * rho * RTT
-  uint32_t initial_window_bytes = 0;           // 0 = do not clamp until estimates exist
+  uint32_t initial_window_bytes = 0;           // startup clamp floor before estimates; 0 = 64 KB
   std::string decision_log;                    // JSON-lines path, empty = off
 };
 

@@ -29,7 +29,11 @@
 //
 // CONTROL LAW, one step per interval I = clamp(RTT, control_interval_floor, 1 s):
 //   T = threshold or auto, T_low = probe_below * T.
-//   kStartup  no clamp (or initial_window_bytes) until t_buff, rho and RTT exist; then the
+//   kStartup  until t_buff, rho and RTT exist: a slow-start-shaped clamp, max(initial_window
+//             _bytes or kStartupWindow, kStartupGrowth * in-flight): it never holds back a
+//             sender in slow start, but keeps the advertised right edge (which can never be
+//             pulled back) close enough that the first real clamp takes effect within a round
+//             trip, not after megabytes of autotuned server window are used up. Then the
 //             first window is the flow's current in-flight estimate rho * (RTT + t_buff).
 //   kSlow     t_buff < T_low (buffer empty: the link may have room): probe,
 //               W += min(growth_per_rtt * W, probe_step_queue * T * rho)
@@ -37,14 +41,17 @@
 //             grow together like one flow; the cap in queue-time units bounds the overshoot
 //             of a probe step to a fraction of T whatever the window.
 //             T_low <= t_buff <= T: hold (+1 MSS per step, to follow capacity increases).
-//             In both, W <= (1 + growth_per_rtt) * rho * (RTT + t_buff) + 2 MSS: never grow a
-//             window the phone does not use (decays at most by kMaxDecayPerStep per step).
+//             In both, W never grows beyond (1 + growth_per_rtt) * in-flight + 2 MSS, with
+//             in-flight = rho * (current RTT + t_buff): never grow a window the phone does not
+//             use; below kUnusedFraction * W it decays by kMaxDecayPerStep per step.
 //   kFast     t_buff > T: W = rho * (RTT + fast_target * T): one bandwidth-delay product of
 //             the round trip the flow really sees plus a small standing queue. Only lowers W.
 //   kMonitor  (a) the clamp has been in force (the server acknowledged everything sent under
 //             the old right edge) for kMonitorAfterSteps steps and t_buff is still > T, or
-//             (b) no evidence of an empty buffer for min_refresh (a standing queue slowly
-//             becomes part of min(d) as the old minimum ages out): drain with
+//             (b) at each period boundary of min_refresh on the gateway clock (+ drain
+//             phase): a standing queue slowly becomes part of min(d) as the old minimum
+//             ages out, and a flow that started behind its siblings' queue took it for its
+//             minimum; all flows of a phone drain together and see the empty buffer. Drain:
 //             W = drain_fraction * rho * RTT. If the buffer empties, min(d) is confirmed;
 //             otherwise after kMonitorSteps effective steps the remaining delay is not ours
 //             (route change; downlink queue for timestamp-less flows): it becomes the new
@@ -76,15 +83,23 @@ class UplinkRegulator {
   static constexpr double kRttGain = 0.25;          // EWMA gain per RTT sample
   static constexpr int kMonitorAfterSteps = 3;      // see kMonitor (a)
   static constexpr int kMonitorSteps = 2;           // see kMonitor
+  static constexpr double kUnusedFraction = 0.5;    // in flight below this * W: unused
   static constexpr double kMaxDecayPerStep = 0.25;  // unused-window decay per step
   static constexpr uint32_t kDefaultMss = 1460;
   static constexpr Nanos kMinSlotSpacing = 1 * kMilli;  // echo / lag slots
   static constexpr int kSlotsPerRtt = 6;
+  static constexpr double kStartupWindow = 65535;  // startup clamp at least (bytes) ...
+  static constexpr double kStartupGrowth = 2.0;    // ... and this * the phone's in-flight
 
   void on_uplink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
   void on_downlink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
   WindowDecision target_window(Nanos now, const RsfcParams& p);
   void on_window_forwarded(Nanos now, uint32_t ack, uint32_t right_edge, const RsfcParams& p);
+  // Optional: offsets this flow's scheduled drains (kMonitor (b)). Give every flow of one
+  // subscriber the same phase (e.g. a hash of its address modulo min_refresh) so that they
+  // drain together, and different subscribers different phases so that the gateway's load
+  // does not dip all at once. Default 0.
+  void set_drain_phase(Nanos phase) { drain_phase_ = phase; }
 
   // --- Read-outs (decision log, metrics, tests); values as of the last control step. ---
   RsfcState state() const { return state_; }
@@ -98,6 +113,7 @@ class UplinkRegulator {
   double rate() const { return rho_; }  // bytes/s
   std::optional<Nanos> rtt_min() const { return rtt_min_; }
   std::optional<Nanos> rtt_used() const { return rtt_; }
+  Nanos rtt_now() const { return rtt_now_; }  // current round trip without own queue
   Nanos threshold() const { return T_; }
   uint32_t window() const;  // current target, kNoClamp when not clamping
   uint32_t mss() const { return mss_; }
@@ -108,6 +124,8 @@ class UplinkRegulator {
   bool step(Nanos now, const RsfcParams& p);  // true: something to log
   void take_handshake(Nanos now, const RsfcParams& p);
   Nanos interval(const RsfcParams& p) const;
+  uint32_t startup_window(const RsfcParams& p) const;
+  bool refresh_due(Nanos now, Nanos prev_step, const RsfcParams& p) const;
   Nanos lag_window(const RsfcParams& p) const;
   static Nanos horizon(const RsfcParams& p) { return p.min_window_horizon; }
   void enter_fast(const RsfcParams& p);
@@ -131,18 +149,23 @@ class UplinkRegulator {
   WindowedMin<4> server_half_min_;
   WindowedMin<4> lag_filter_;  // timestamp-less: short min of lag samples
   Ewma phone_ex_;              // phone-side round trip minus own t_buff (TS) / lag (no TS)
-  WindowedMax<4> ex_max_;      // recent maximum of pairwise-min ex samples (TS)
-  Nanos prev_ex_ = 0;
+  Ewma ex_slow_;               // the same, averaged over rtt_smoothing (TS)
+  Nanos ex_slow_at_ = 0;
   Nanos lag_confirmed_at_ = 0;
 
   // Controller.
   double w_ = 0;  // target window, bytes (valid when clamping_)
+  double w_before_monitor_ = 0;
   Nanos next_step_ = 0;
   Nanos monitor_since_ = 0;
   Nanos evidence_since_ = 0;  // start of the current min(d)-freshness period
+  Nanos last_step_at_ = 0;
+  Nanos drain_phase_ = 0;
   Nanos last_data_at_ = 0;
   std::optional<Nanos> tb_, rtt_, rtt_min_;
-  Nanos rtt_now_ = 0;  // current round trip without own queue (rtt_ is its recent max)
+  Nanos last_phone_side_ = 0;    // last gateway -> phone -> gateway sample (queue included)
+  double startup_inflight_ = 0;  // bytes, startup estimate of the phone's in-flight
+  Nanos rtt_now_ = 0;            // current round trip without own queue (rtt_ is its recent max)
   Nanos T_ = 0;
   double rho_ = 0;
   double monitor_min_tb_ = -1;  // < 0: none yet
@@ -161,7 +184,6 @@ class UplinkRegulator {
   bool hs_taken_ = false;
   bool mss_from_syn_ = false;
   bool lag_confirmed_ = false;
-  bool has_prev_ex_ = false;
 };
 
 }  // namespace rsfc
