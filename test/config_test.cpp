@@ -1,0 +1,589 @@
+// Config loading: the contract example, the shipped example file, defaults, every kind of
+// error (one line, naming file, line and key), and the restart-only key list.
+#include "rsfc/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace rsfc {
+namespace {
+
+const std::string kSourceDir = RSFC_SOURCE_DIR;
+const std::string kDataDir = kSourceDir + "/test/data/config/";
+
+// The keys outside tools rely on (see the issue): these names must keep working.
+constexpr const char* kContractExample = R"(queues: [0]
+subscriber_networks: ["198.18.0.0/16", "2001:2::/48"]
+uplink:   { policy: static, static_window_bytes: 65535 }
+downlink: { policy: off,    static_window_bytes: 65535 }
+min_window_bytes: 2920
+flows:    { max: 1000000, idle_timeout_s: 300 }
+metrics:  { listen: "127.0.0.1:9477" }
+log:      { level: info }
+)";
+
+Prefix prefix(const char* text) {
+  auto p = Prefix::parse(text);
+  EXPECT_TRUE(p.has_value()) << text;
+  return p.value_or(Prefix{});
+}
+
+// The error text of parsing `yaml`, or "" if it parsed.
+std::string error_of(const std::string& yaml) {
+  try {
+    parse_config(yaml, "t.yaml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, ContractExampleParses) {
+  const Config c = parse_config(kContractExample);
+  EXPECT_EQ(c.queues, std::vector<uint16_t>{0});
+  EXPECT_EQ(c.params.subscriber_networks,
+            (std::vector<Prefix>{prefix("198.18.0.0/16"), prefix("2001:2::/48")}));
+  EXPECT_EQ(c.params.uplink.policy, Policy::kStatic);
+  EXPECT_EQ(c.params.uplink.static_window_bytes, 65535u);
+  EXPECT_EQ(c.params.downlink.policy, Policy::kOff);
+  EXPECT_EQ(c.params.downlink.static_window_bytes, 65535u);
+  EXPECT_EQ(c.params.min_window_bytes, 2920u);
+  EXPECT_EQ(c.flows_max, 1'000'000u);
+  EXPECT_EQ(c.params.idle_timeout, 300 * kSecond);
+  EXPECT_EQ(c.metrics_listen, "127.0.0.1:9477");
+  EXPECT_EQ(c.log_level, LogLevel::kInfo);
+}
+
+// A minimal file leaves everything else at the struct defaults.
+TEST(Config, DefaultsForKeysLeftOut) {
+  const Config d;
+  for (const char* yaml : {"queues: [0]\n", "log: { level: info }\nrsfc:\n  # all commented\n"}) {
+    SCOPED_TRACE(yaml);
+    const Config c = parse_config(yaml);
+    EXPECT_EQ(c.queues, d.queues);
+    EXPECT_EQ(c.queue_maxlen, 8192u);
+    EXPECT_EQ(c.socket_rcvbuf, 8u << 20);
+    EXPECT_EQ(c.batch_size, 64u);
+    EXPECT_EQ(c.flows_max, 1'000'000u);
+    EXPECT_EQ(c.metrics_listen, "127.0.0.1:9477");
+    EXPECT_EQ(c.log_level, LogLevel::kInfo);
+    EXPECT_TRUE(c.params.subscriber_networks.empty());
+    EXPECT_EQ(c.params.uplink.policy, Policy::kOff);
+    EXPECT_EQ(c.params.downlink.policy, Policy::kOff);
+    EXPECT_EQ(c.params.uplink.static_window_bytes, 65535u);
+    EXPECT_EQ(c.params.min_window_bytes, 2920u);
+    EXPECT_EQ(c.params.idle_timeout, 300 * kSecond);
+    EXPECT_EQ(c.params.closed_timeout, 10 * kSecond);
+    EXPECT_EQ(c.params.embryonic_timeout, 30 * kSecond);
+    EXPECT_FALSE(c.params.rsfc.threshold.has_value());
+    EXPECT_EQ(c.params.rsfc.threshold_floor, 20 * kMilli);
+    EXPECT_EQ(c.params.rsfc.min_window_horizon, 10 * kSecond);
+    EXPECT_EQ(c.params.rsfc.tbuff_filter, 200 * kMilli);
+    EXPECT_EQ(c.params.rsfc.control_interval_floor, 20 * kMilli);
+    EXPECT_EQ(c.params.rsfc.growth_per_rtt, 0.25);
+    EXPECT_EQ(c.params.rsfc.initial_window_bytes, 0u);
+    EXPECT_EQ(c.params.rsfc.decision_log, "");
+    EXPECT_EQ(c.params.drwa.alpha, 0.875);
+    EXPECT_EQ(c.params.drwa.lambda, 3.0);
+  }
+}
+
+// Every key, set away from its default, lands in its field.
+TEST(Config, EveryKeyMapsToItsField) {
+  const Config c = parse_config(R"(
+queues: [3, 1, 2]
+subscriber_networks:
+  - 10.0.0.0/8
+  - "2001:db8::/32"
+  - 192.0.2.7
+uplink: { policy: rsfc, static_window_bytes: 131072 }
+downlink: { policy: drwa, static_window_bytes: 4096 }
+min_window_bytes: 4000
+queue: { maxlen: 100_000, socket_buffer_bytes: 65536, batch: 1 }
+flows: { max: 5, idle_timeout_s: 60, closed_timeout_s: 1.5, embryonic_timeout_s: 7 }
+metrics: { listen: "[::1]:9100" }
+log: { level: debug }
+rsfc:
+  threshold_ms: 12.5
+  threshold_floor_ms: 4
+  min_window_horizon_s: 30
+  tbuff_filter_ms: 0
+  control_interval_floor_ms: 1
+  growth_per_rtt: 1
+  initial_window_bytes: 65535
+  decision_log: /var/log/rsfcd/decisions.jsonl
+drwa: { alpha: 0.5, lambda: 2.25 }
+)");
+  EXPECT_EQ(c.queues, (std::vector<uint16_t>{3, 1, 2}));
+  EXPECT_EQ(
+      c.params.subscriber_networks,
+      (std::vector<Prefix>{prefix("10.0.0.0/8"), prefix("2001:db8::/32"), prefix("192.0.2.7/32")}));
+  EXPECT_EQ(c.params.uplink.policy, Policy::kRsfc);
+  EXPECT_EQ(c.params.uplink.static_window_bytes, 131072u);
+  EXPECT_EQ(c.params.downlink.policy, Policy::kDrwa);
+  EXPECT_EQ(c.params.downlink.static_window_bytes, 4096u);
+  EXPECT_EQ(c.params.min_window_bytes, 4000u);
+  EXPECT_EQ(c.queue_maxlen, 100'000u);
+  EXPECT_EQ(c.socket_rcvbuf, 65536u);
+  EXPECT_EQ(c.batch_size, 1u);
+  EXPECT_EQ(c.flows_max, 5u);
+  EXPECT_EQ(c.params.idle_timeout, 60 * kSecond);
+  EXPECT_EQ(c.params.closed_timeout, 1'500 * kMilli);
+  EXPECT_EQ(c.params.embryonic_timeout, 7 * kSecond);
+  EXPECT_EQ(c.metrics_listen, "[::1]:9100");
+  EXPECT_EQ(c.log_level, LogLevel::kDebug);
+  EXPECT_EQ(c.params.rsfc.threshold, std::optional<Nanos>(12'500 * kMicro));
+  EXPECT_EQ(c.params.rsfc.threshold_floor, 4 * kMilli);
+  EXPECT_EQ(c.params.rsfc.min_window_horizon, 30 * kSecond);
+  EXPECT_EQ(c.params.rsfc.tbuff_filter, 0);
+  EXPECT_EQ(c.params.rsfc.control_interval_floor, 1 * kMilli);
+  EXPECT_EQ(c.params.rsfc.growth_per_rtt, 1.0);
+  EXPECT_EQ(c.params.rsfc.initial_window_bytes, 65535u);
+  EXPECT_EQ(c.params.rsfc.decision_log, "/var/log/rsfcd/decisions.jsonl");
+  EXPECT_EQ(c.params.drwa.alpha, 0.5);
+  EXPECT_EQ(c.params.drwa.lambda, 2.25);
+}
+
+TEST(Config, OtherValidSpellings) {
+  // threshold "auto" quoted or not; listen "" disables; levels; explicit maximum values.
+  Config c = parse_config("rsfc: { threshold_ms: \"auto\" }\nmetrics: { listen: \"\" }\n");
+  EXPECT_FALSE(c.params.rsfc.threshold.has_value());
+  EXPECT_EQ(c.metrics_listen, "");
+  c = parse_config("log: { level: warn }\nflows: { max: 4294967295 }\nqueues: [65535, 0]\n");
+  EXPECT_EQ(c.log_level, LogLevel::kWarn);
+  EXPECT_EQ(c.flows_max, 4'294'967'295u);
+  EXPECT_EQ(c.queues, (std::vector<uint16_t>{65535, 0}));
+  c = parse_config("log: { level: error }\nmetrics: { listen: 0.0.0.0:1 }\n");
+  EXPECT_EQ(c.log_level, LogLevel::kError);
+  EXPECT_EQ(c.metrics_listen, "0.0.0.0:1");
+  // Lowest allowed window values; a static window below min_window_bytes is fine when the
+  // direction's policy does not use it.
+  c = parse_config(
+      "min_window_bytes: 1072\nuplink: { policy: static, static_window_bytes: 1072 }\n"
+      "downlink: { policy: observe, static_window_bytes: 1072 }\n"
+      "subscriber_networks: [10.0.0.0/8]\n");
+  EXPECT_EQ(c.params.min_window_bytes, 1072u);
+  EXPECT_EQ(c.params.downlink.policy, Policy::kObserve);
+  c = parse_config(
+      "min_window_bytes: 100000\ndownlink: { policy: observe }\nuplink: { policy: \"off\" }\n"
+      "subscriber_networks: [10.0.0.0/8]\n");
+  EXPECT_EQ(c.params.uplink.static_window_bytes, 65535u);
+}
+
+// yaml-cpp reads a bare `off` as "off", PyYAML as false: both spellings work, and real
+// booleans are refused, so a file means the same thing to both readers.
+// What editors produce: a byte-order mark, CRLF line ends, non-ASCII comments, quoted
+// values with escapes and anchors. (The quote check must not misfire on any of it.)
+TEST(Config, EditorArtefactsAreFine) {
+  const std::string yaml =
+      "\xEF\xBB\xBF# caf\xC3\xA9 \xE2\x82\xAC config\r\n"
+      "log: { level: \"info\" }\r\n"
+      "subscriber_networks: [\"10.0.0.0/8\", '2001:2::/48']  # r\xC3\xA9seau\r\n"
+      "uplink: { policy: &p 'static' }\r\n"
+      "rsfc: { decision_log: \"/tmp/d\\\"q\\\".log\" }\r\n"
+      "metrics: { listen: !!str '[::1]:9477' }\r\n";
+  const Config c = parse_config(yaml);
+  EXPECT_EQ(c.log_level, LogLevel::kInfo);
+  EXPECT_EQ(c.params.uplink.policy, Policy::kStatic);
+  EXPECT_EQ(c.params.subscriber_networks.size(), 2u);
+  EXPECT_EQ(c.params.rsfc.decision_log, "/tmp/d\"q\".log");
+  EXPECT_EQ(c.metrics_listen, "[::1]:9477");
+  EXPECT_EQ(parse_config("rsfc: { decision_log: 'it''s' }\n").params.rsfc.decision_log, "it's");
+  // A directive header, an explicit document start and end.
+  EXPECT_EQ(parse_config("%YAML 1.1\n# header\n---\nlog: { level: warn }\n...\n").log_level,
+            LogLevel::kWarn);
+  // UTF-16 is refused with a clear message rather than misread.
+  const std::string utf16("\xFF\xFEq\0u\0", 6);
+  EXPECT_NE(error_of(utf16).find("not UTF-8"), std::string::npos) << error_of(utf16);
+}
+
+TEST(Config, PolicyOffSpellings) {
+  for (const char* off : {"off", "\"off\"", "'off'"}) {
+    const Config c = parse_config(std::string("uplink: { policy: ") + off + " }\n");
+    EXPECT_EQ(c.params.uplink.policy, Policy::kOff) << off;
+  }
+  for (const char* boolean : {"false", "no", "False", "OFF", "n", "0"}) {
+    const std::string err = error_of(std::string("uplink:\n  policy: ") + boolean + "\n");
+    EXPECT_NE(err.find("t.yaml:2: uplink.policy: unknown value"), std::string::npos) << err;
+    EXPECT_NE(err.find("(got " + std::string(boolean) + ")"), std::string::npos) << err;
+  }
+}
+
+// The shipped example parses, keeps the contract keys, and shows the true defaults for
+// every tunable (its comments say "defaults shown": this keeps them honest).
+TEST(Config, ExampleFileParsesAndShowsDefaults) {
+  const Config c = load_config_file(kSourceDir + "/conf/rsfcd.yaml");
+  const Config d;
+  EXPECT_EQ(c.queues, std::vector<uint16_t>{0});
+  EXPECT_EQ(c.params.subscriber_networks,
+            (std::vector<Prefix>{prefix("198.18.0.0/16"), prefix("2001:2::/48")}));
+  EXPECT_EQ(c.params.uplink.policy, Policy::kStatic);
+  EXPECT_EQ(c.params.downlink.policy, Policy::kOff);
+  EXPECT_EQ(c.metrics_listen, d.metrics_listen);
+  EXPECT_EQ(c.log_level, d.log_level);
+  EXPECT_EQ(c.queue_maxlen, d.queue_maxlen);
+  EXPECT_EQ(c.socket_rcvbuf, d.socket_rcvbuf);
+  EXPECT_EQ(c.batch_size, d.batch_size);
+  EXPECT_EQ(c.flows_max, d.flows_max);
+  const EngineParams& p = c.params;
+  const EngineParams& dp = d.params;
+  EXPECT_EQ(p.uplink.static_window_bytes, dp.uplink.static_window_bytes);
+  EXPECT_EQ(p.downlink.static_window_bytes, dp.downlink.static_window_bytes);
+  EXPECT_EQ(p.min_window_bytes, dp.min_window_bytes);
+  EXPECT_EQ(p.idle_timeout, dp.idle_timeout);
+  EXPECT_EQ(p.closed_timeout, dp.closed_timeout);
+  EXPECT_EQ(p.embryonic_timeout, dp.embryonic_timeout);
+  EXPECT_EQ(p.rsfc.threshold, dp.rsfc.threshold);
+  EXPECT_EQ(p.rsfc.threshold_floor, dp.rsfc.threshold_floor);
+  EXPECT_EQ(p.rsfc.min_window_horizon, dp.rsfc.min_window_horizon);
+  EXPECT_EQ(p.rsfc.tbuff_filter, dp.rsfc.tbuff_filter);
+  EXPECT_EQ(p.rsfc.control_interval_floor, dp.rsfc.control_interval_floor);
+  EXPECT_EQ(p.rsfc.growth_per_rtt, dp.rsfc.growth_per_rtt);
+  EXPECT_EQ(p.rsfc.initial_window_bytes, dp.rsfc.initial_window_bytes);
+  EXPECT_EQ(p.rsfc.decision_log, dp.rsfc.decision_log);
+  EXPECT_EQ(p.drwa.alpha, dp.drwa.alpha);
+  EXPECT_EQ(p.drwa.lambda, dp.drwa.lambda);
+}
+
+struct BadCase {
+  const char* name;
+  const char* yaml;
+  int line;          // expected line in "t.yaml:<line>: "; 0 = no line in the message
+  const char* key;   // expected dotted key right after the line ("" = none)
+  const char* what;  // expected fragment of the explanation
+};
+
+// One case per kind of mistake. The message must be exactly one line and start with
+// "t.yaml:<line>: <key>: ".
+const BadCase kBadCases[] = {
+    // document shape
+    {"empty_text", "", 1, "", "empty configuration"},
+    {"only_comments", "# nothing\n", 1, "", "empty configuration"},
+    {"top_level_list", "- queues: [0]\n", 1, "",
+     "top level must be a mapping of keys (got a list)"},
+    {"top_level_scalar", "hello\n", 1, "", "top level must be a mapping of keys (got hello)"},
+    {"syntax_error", "queues: [0\nlog: {}\n", 2, "", "YAML syntax error"},
+    {"tab_indent", "flows:\n\tmax: 5\n", 2, "", "YAML syntax error"},
+    {"stray_comma", "# yaml-cpp 0.7 used to loop forever on this\n,queues: [0]\n", 2, "",
+     "YAML syntax error"},
+    {"unterminated_quote", "rsfc:\n  decision_log: \"/var/log/x\ndrwa:\n  alpha: 0.5\n", 2,
+     "rsfc.decision_log", "unterminated quoted string: the closing \" must be on the line"},
+    {"unterminated_single_quote", "log:\n  level: 'info\nqueues: [0]\n", 2, "log.level",
+     "unterminated quoted string"},
+    {"unterminated_tagged_quote", "rsfc:\n  decision_log: !!str \"x\nlog: {}\n", 2,
+     "rsfc.decision_log", "unterminated"},
+    {"unterminated_quoted_key", "\"queues: [0]\nlog: {}\n", 1, "", "unterminated quoted string"},
+    {"multi_line_quote", "metrics: { listen: \"127.0.0.1:\n  9477\" }\n", 1, "metrics.listen",
+     "unterminated quoted string"},
+    {"line_continuation_in_quote", "rsfc:\n  decision_log: \"/var/\\\n  log\"\n", 2,
+     "rsfc.decision_log", "unterminated quoted string"},
+    {"directive_inside", "queues: [0]\n%og: { level: debug }\n", 2, "",
+     "a line starting with % (a YAML directive) inside the document"},
+    {"directive_unknown", "%queues: [0]\n---\nlog: {}\n", 1, "", "unknown YAML directive"},
+    {"directive_without_start", "%YAML 1.1\nlog: {}\n", 2, "", "followed by a '---' line"},
+    {"document_end_then_more", "queues: [0]\n...\nlog: { level: warn }\n", 3, "",
+     "more than one YAML document"},
+    {"two_empty_documents", "---\n---\n", 2, "", "more than one YAML document"},
+    {"newline_in_value", "log: { level: \"in\\nfo\" }\n", 1, "log.level", "(got \"in\\nfo\")"},
+    {"two_documents", "queues: [0]\n---\nqueues: [1]\n", 2, "", "more than one YAML document"},
+    // keys
+    {"unknown_top_key", "queues: [0]\nqueue_s: [1]\n", 2, "queue_s",
+     "unknown key, did you mean queues?"},
+    {"unknown_nested_key", "flows:\n  max: 5\n  idle_timeout: 3\n", 3, "flows.idle_timeout",
+     "unknown key, did you mean idle_timeout_s?"},
+    {"unknown_key_lists_known", "log: { color: true }\n", 1, "log.color",
+     "unknown key (known: level)"},
+    {"unknown_rsfc_key", "rsfc:\n  threshold_ms: auto\n  growth: 0.5\n", 3, "rsfc.growth",
+     "unknown key"},
+    {"merge_key", "<<: { queues: [0] }\n", 1, "<<", "unknown key"},
+    {"duplicate_top_key", "queues: [0]\nlog: {level: info}\nqueues: [1]\n", 3, "queues",
+     "duplicate key (first set on line 1)"},
+    {"duplicate_nested_key", "uplink:\n  policy: static\n  policy: \"off\"\n", 3, "uplink.policy",
+     "duplicate key (first set on line 2)"},
+    {"duplicate_flow_key", "flows: { max: 1, max: 2 }\n", 1, "flows.max", "duplicate key"},
+    {"non_scalar_key", "flows:\n  [max]: 5\n", 2, "flows.?", "a key must be a plain name"},
+    // types
+    {"section_not_mapping", "flows: 5\n", 1, "flows", "expected a mapping of keys (got 5)"},
+    {"section_is_list", "rsfc:\n  - threshold_ms\n", 2, "rsfc", "expected a mapping"},
+    {"queues_scalar", "queues: 0\n", 1, "queues",
+     "expected a list of NFQUEUE numbers, e.g. [0, 1] (got 0)"},
+    {"queues_null", "queues:\nlog: {}\n", 1, "queues", "expected a list"},
+    {"networks_scalar", "subscriber_networks: 10.0.0.0/8\n", 1, "subscriber_networks",
+     "expected a list of prefixes"},
+    {"networks_null", "subscriber_networks:\n", 1, "subscriber_networks", "has no value"},
+    {"integer_missing", "min_window_bytes:\nqueues: [0]\n", 1, "min_window_bytes",
+     "has no value, expected an integer (got nothing)"},
+    {"integer_fraction", "min_window_bytes: 1.5\n", 1, "min_window_bytes",
+     "expected an integer (got 1.5)"},
+    {"integer_exponent", "flows: { max: 1e6 }\n", 1, "flows.max", "expected an integer (got 1e6)"},
+    {"integer_hex", "queue: { batch: 0x10 }\n", 1, "queue.batch", "expected an integer (got 0x10)"},
+    {"integer_word", "queue: { maxlen: lots }\n", 1, "queue.maxlen",
+     "expected an integer (got lots)"},
+    {"integer_bool", "queue: { maxlen: true }\n", 1, "queue.maxlen", "expected an integer"},
+    {"integer_quoted", "uplink: { static_window_bytes: \"65535\" }\n", 1,
+     "uplink.static_window_bytes", "not a quoted string (got \"65535\")"},
+    {"integer_list", "min_window_bytes: [2920]\n", 1, "min_window_bytes",
+     "expected an integer (got a list)"},
+    {"integer_negative", "min_window_bytes: -2920\n", 1, "min_window_bytes",
+     "must not be negative (got -2920)"},
+    {"integer_leading_zero", "queues: [0755]\n", 1, "queues[0]", "leading zero"},
+    {"integer_bad_separator", "flows: { max: 1__000 }\n", 1, "flows.max", "expected an integer"},
+    {"number_quoted", "drwa: { lambda: \"3\" }\n", 1, "drwa.lambda", "not a quoted string"},
+    {"number_word", "drwa: { lambda: three }\n", 1, "drwa.lambda", "expected a number (got three)"},
+    {"number_nan", "drwa: { alpha: .nan }\n", 1, "drwa.alpha", "expected a number (got .nan)"},
+    {"number_inf", "drwa: { lambda: .inf }\n", 1, "drwa.lambda", "expected a number"},
+    {"number_overflow", "flows: { idle_timeout_s: 1e400 }\n", 1, "flows.idle_timeout_s",
+     "out of range"},
+    {"string_is_list", "rsfc: { decision_log: [a, b] }\n", 1, "rsfc.decision_log",
+     "expected a string (got a list)"},
+    {"string_is_bool", "rsfc:\n  decision_log: off\n", 2, "rsfc.decision_log",
+     "reads as a boolean"},
+    {"string_is_null", "log: { level: ~ }\n", 1, "log.level", "has no value"},
+    // ranges
+    {"uint32_overflow", "flows: { max: 4294967296 }\n", 1, "flows.max",
+     "out of range, must be between 1 and 4294967295 (got 4294967296)"},
+    {"uint64_overflow", "flows: { max: 99999999999999999999999 }\n", 1, "flows.max",
+     "out of range"},
+    {"flows_max_zero", "flows: { max: 0 }\n", 1, "flows.max", "out of range"},
+    {"min_window_too_small", "min_window_bytes: 1071\n", 1, "min_window_bytes",
+     "must be between 1072 and 1073725440 (got 1071)"},
+    {"min_window_too_big", "min_window_bytes: 1073725441\n", 1, "min_window_bytes", "out of range"},
+    {"static_window_too_big", "downlink: { static_window_bytes: 2000000000 }\n", 1,
+     "downlink.static_window_bytes", "out of range"},
+    {"queue_number_too_big", "queues: [0, 65536]\n", 1, "queues[1]",
+     "must be between 0 and 65535 (got 65536)"},
+    {"batch_zero", "queue:\n  batch: 0\n", 2, "queue.batch", "out of range"},
+    {"socket_buffer_small", "queue: { socket_buffer_bytes: 1000 }\n", 1,
+     "queue.socket_buffer_bytes", "out of range"},
+    {"idle_timeout_zero", "flows: { idle_timeout_s: 0 }\n", 1, "flows.idle_timeout_s",
+     "must be between 1 and 604800 (got 0)"},
+    {"closed_timeout_negative", "flows: { closed_timeout_s: -1 }\n", 1, "flows.closed_timeout_s",
+     "must not be negative"},
+    {"embryonic_timeout_big", "flows: { embryonic_timeout_s: 3601 }\n", 1,
+     "flows.embryonic_timeout_s", "out of range"},
+    {"threshold_zero", "rsfc: { threshold_ms: 0 }\n", 1, "rsfc.threshold_ms",
+     "must be > 0 and <= 10000 (got 0)"},
+    {"threshold_word", "rsfc: { threshold_ms: fast }\n", 1, "rsfc.threshold_ms",
+     "expected a number (got fast)"},
+    {"threshold_quoted_number", "rsfc: { threshold_ms: \"20\" }\n", 1, "rsfc.threshold_ms",
+     "expected auto or a number of ms (got \"20\")"},
+    {"threshold_floor_negative", "rsfc: { threshold_floor_ms: -5 }\n", 1, "rsfc.threshold_floor_ms",
+     "must not be negative"},
+    {"horizon_zero", "rsfc: { min_window_horizon_s: 0 }\n", 1, "rsfc.min_window_horizon_s",
+     "out of range"},
+    {"tbuff_filter_big", "rsfc: { tbuff_filter_ms: 10001 }\n", 1, "rsfc.tbuff_filter_ms",
+     "out of range"},
+    {"control_floor_zero", "rsfc: { control_interval_floor_ms: 0 }\n", 1,
+     "rsfc.control_interval_floor_ms", "out of range"},
+    {"growth_zero", "rsfc: { growth_per_rtt: 0 }\n", 1, "rsfc.growth_per_rtt",
+     "must be > 0 and <= 4 (got 0)"},
+    {"initial_window_fraction", "rsfc: { initial_window_bytes: 3000.5 }\n", 1,
+     "rsfc.initial_window_bytes", "expected an integer"},
+    {"alpha_one", "drwa: { alpha: 1 }\n", 1, "drwa.alpha", "must be >= 0 and < 1 (got 1)"},
+    {"lambda_zero", "drwa: { lambda: 0 }\n", 1, "drwa.lambda", "out of range"},
+    // names
+    {"policy_unknown", "uplink:\n  policy: fast\n", 2, "uplink.policy",
+     "unknown value, expected one of off, observe, static, rsfc, drwa (got fast)"},
+    {"policy_wrong_case", "uplink: { policy: Static }\n", 1, "uplink.policy", "unknown value"},
+    {"policy_null", "uplink: { policy: }\n", 1, "uplink.policy", "has no value"},
+    {"log_level_unknown", "log: { level: verbose }\n", 1, "log.level",
+     "expected one of debug, info, warn, error (got verbose)"},
+    // policy per direction
+    {"rsfc_on_downlink", "subscriber_networks: [10.0.0.0/8]\ndownlink:\n  policy: rsfc\n", 3,
+     "downlink.policy", "rsfc is an uplink-only policy"},
+    {"drwa_on_uplink", "subscriber_networks: [10.0.0.0/8]\nuplink: { policy: drwa }\n", 2,
+     "uplink.policy", "drwa is a downlink-only policy"},
+    // prefixes
+    {"prefix_length", "subscriber_networks:\n  - 10.0.0.0/8\n  - 10.0.0.0/33\n", 3,
+     "subscriber_networks[1]", "bad prefix"},
+    {"prefix_host_bits", "subscriber_networks: [\"198.18.0.1/16\"]\n", 1, "subscriber_networks[0]",
+     "bad prefix"},
+    {"prefix_word", "subscriber_networks: [internal]\n", 1, "subscriber_networks[0]",
+     "(got internal)"},
+    {"prefix_v6_length", "subscriber_networks: [\"2001:2::/129\"]\n", 1, "subscriber_networks[0]",
+     "bad prefix"},
+    {"prefix_not_string", "subscriber_networks: [[10.0.0.0/8]]\n", 1, "subscriber_networks[0]",
+     "expected a string"},
+    {"prefix_duplicate", "subscriber_networks: [10.0.0.0/8, 2001:2::/48, 10.0.0.0/8]\n", 1,
+     "subscriber_networks[2]", "duplicate prefix, same as subscriber_networks[0]"},
+    {"networks_needed_empty", "subscriber_networks: []\nuplink: { policy: static }\n", 1,
+     "subscriber_networks", "must list at least one prefix when uplink.policy is not off"},
+    {"networks_needed_missing", "queues: [0]\ndownlink:\n  policy: observe\n", 3,
+     "subscriber_networks", "when downlink.policy is not off"},
+    // queues
+    {"queues_empty", "log: { level: info }\nqueues: []\n", 2, "queues",
+     "must list at least one queue"},
+    {"queue_duplicate", "queues:\n  - 0\n  - 1\n  - 0\n", 4, "queues[2]",
+     "duplicate queue number, also queues[0] (got 0)"},
+    {"queue_negative", "queues: [-1]\n", 1, "queues[0]", "must not be negative"},
+    // windows across keys
+    {"static_below_min_window",
+     "subscriber_networks: [10.0.0.0/8]\nmin_window_bytes: 4000\nuplink:\n  policy: static\n"
+     "  static_window_bytes: 3000\n",
+     5, "uplink.static_window_bytes",
+     "below min_window_bytes (4000) while uplink.policy is static (got 3000)"},
+    {"min_window_above_default_static",
+     "subscriber_networks: [10.0.0.0/8]\ndownlink: { policy: static }\nmin_window_bytes: 70000\n",
+     3, "min_window_bytes",
+     "above downlink.static_window_bytes (65535 by default) while downlink.policy is static"},
+    {"initial_window_below_min", "rsfc:\n  initial_window_bytes: 2000\n", 2,
+     "rsfc.initial_window_bytes", "at least min_window_bytes (2920) (got 2000)"},
+    // metrics.listen
+    {"listen_no_port", "metrics: { listen: \"127.0.0.1\" }\n", 1, "metrics.listen",
+     "expected host:port"},
+    {"listen_port_only", "metrics: { listen: \"9477\" }\n", 1, "metrics.listen",
+     "expected host:port"},
+    {"listen_hostname", "metrics: { listen: \"localhost:9477\" }\n", 1, "metrics.listen",
+     "host must be an IPv4 address"},
+    {"listen_empty_host", "metrics: { listen: \":9477\" }\n", 1, "metrics.listen",
+     "host must be an IPv4 address"},
+    {"listen_bare_ipv6", "metrics: { listen: \"::1:9477\" }\n", 1, "metrics.listen",
+     "must be in brackets"},
+    {"listen_bad_ipv6", "metrics: { listen: \"[::g]:9477\" }\n", 1, "metrics.listen",
+     "not an IPv6 address"},
+    {"listen_ipv4_in_brackets", "metrics: { listen: \"[127.0.0.1]:9477\" }\n", 1, "metrics.listen",
+     "not an IPv6 address"},
+    {"listen_unclosed_bracket", "metrics: { listen: \"[::1:9477\" }\n", 1, "metrics.listen",
+     "expected [ipv6]:port"},
+    {"listen_port_zero", "metrics: { listen: \"127.0.0.1:0\" }\n", 1, "metrics.listen",
+     "port must be a number between 1 and 65535 (got \"127.0.0.1:0\")"},
+    {"listen_port_big", "metrics:\n  listen: \"[::1]:65536\"\n", 2, "metrics.listen",
+     "port must be a number"},
+    {"listen_port_name", "metrics: { listen: \"127.0.0.1:http\" }\n", 1, "metrics.listen",
+     "port must be a number"},
+    {"listen_port_empty", "metrics: { listen: \"127.0.0.1:\" }\n", 1, "metrics.listen",
+     "port must be a number"},
+    {"listen_not_string", "metrics: { listen: [a] }\n", 1, "metrics.listen", "expected a string"},
+};
+
+void PrintTo(const BadCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class BadConfig : public testing::TestWithParam<BadCase> {};
+
+TEST_P(BadConfig, IsRejectedWithOneLineNamingLineAndKey) {
+  const BadCase& c = GetParam();
+  SCOPED_TRACE(c.yaml);
+  const std::string err = error_of(c.yaml);
+  ASSERT_FALSE(err.empty()) << "accepted";
+  EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+  std::string head = "t.yaml:" + std::to_string(c.line) + ": ";
+  if (*c.key != '\0') head += std::string(c.key) + ": ";
+  EXPECT_EQ(err.rfind(head, 0), 0u) << "want prefix '" << head << "' in: " << err;
+  EXPECT_NE(err.find(c.what), std::string::npos) << "want '" << c.what << "' in: " << err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Config, BadConfig, testing::ValuesIn(kBadCases),
+                         [](const testing::TestParamInfo<BadCase>& p) {
+                           return std::string(p.param.name);
+                         });
+
+// load_config_file: the path is the source in every message.
+struct FileCase {
+  const char* file;
+  const char* what;  // expected message after "<path>"
+};
+
+TEST(ConfigFile, ErrorsNameThePath) {
+  const FileCase cases[] = {
+      {"typo.yaml", ":7: rsfc.growth_per_rt: unknown key, did you mean growth_per_rtt?"},
+      {"empty.yaml", ":1: empty configuration"},
+      {"comments_only.yaml", ":1: empty configuration"},
+      {"not_a_mapping.yaml", ":1: the top level must be a mapping"},
+      {"missing.yaml", ": cannot open: No such file or directory"},
+      {"", ": is a directory"},
+  };
+  for (const FileCase& c : cases) {
+    const std::string path = kDataDir + c.file;
+    try {
+      load_config_file(path);
+      ADD_FAILURE() << path << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(path + c.what, 0), 0u) << e.what();
+    }
+  }
+}
+
+TEST(ConfigFile, LargeFileIsRefused) {
+  const std::string path = testing::TempDir() + "rsfcd_config_test_large.yaml";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    const std::string line = "# " + std::string(1000, 'x') + "\n";
+    for (int i = 0; i < 1100; ++i) std::fputs(line.c_str(), f);
+    std::fputs("queues: [0]\n", f);
+    std::fclose(f);
+  }
+  try {
+    load_config_file(path);
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+TEST(RestartOnly, ListsChangedRestartOnlyKeys) {
+  const Config a = parse_config(kContractExample);
+  EXPECT_TRUE(restart_only_differences(a, a).empty());
+
+  // Reloadable keys changed: nothing to warn about.
+  Config b = parse_config(std::string(kContractExample) +
+                          "rsfc: { growth_per_rtt: 0.5 }\ndrwa: { lambda: 2 }\n");
+  b.params.uplink.policy = Policy::kRsfc;
+  b.params.min_window_bytes = 5000;
+  b.log_level = LogLevel::kDebug;
+  EXPECT_TRUE(restart_only_differences(a, b).empty());
+
+  struct Change {
+    const char* key;
+    void (*apply)(Config&);
+  };
+  const Change changes[] = {
+      {"queues",
+       [](Config& c) {
+         c.queues = {0, 1};
+       }},
+      {"queue.maxlen", [](Config& c) { c.queue_maxlen = 100; }},
+      {"queue.socket_buffer_bytes", [](Config& c) { c.socket_rcvbuf = 1 << 20; }},
+      {"queue.batch", [](Config& c) { c.batch_size = 8; }},
+      {"flows.max", [](Config& c) { c.flows_max = 10; }},
+      {"metrics.listen", [](Config& c) { c.metrics_listen = ""; }},
+  };
+  Config all = a;
+  std::vector<std::string> expected;
+  for (const Change& ch : changes) {
+    Config one = a;
+    ch.apply(one);
+    EXPECT_EQ(restart_only_differences(a, one), std::vector<std::string>{ch.key});
+    ch.apply(all);
+    expected.emplace_back(ch.key);
+  }
+  EXPECT_EQ(restart_only_differences(a, all), expected);
+}
+
+TEST(RestartOnly, FromParsedFiles) {
+  const Config running = parse_config("queues: [0]\nflows: { max: 100 }\n");
+  const Config loaded = parse_config(
+      "queues: [0]\nflows: { max: 200, idle_timeout_s: 5 }\nmetrics: { listen: \"\" }\n");
+  EXPECT_EQ(restart_only_differences(running, loaded),
+            (std::vector<std::string>{"flows.max", "metrics.listen"}));
+}
+
+TEST(LogLevel, Names) {
+  EXPECT_STREQ(to_string(LogLevel::kDebug), "debug");
+  EXPECT_STREQ(to_string(LogLevel::kInfo), "info");
+  EXPECT_STREQ(to_string(LogLevel::kWarn), "warn");
+  EXPECT_STREQ(to_string(LogLevel::kError), "error");
+  // Round trip through the parser.
+  for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
+    EXPECT_EQ(parse_config(std::string("log: { level: ") + to_string(l) + " }\n").log_level, l);
+  }
+}
+
+}  // namespace
+}  // namespace rsfc
