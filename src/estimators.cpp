@@ -78,8 +78,11 @@ void TickEstimator::on_echo(Nanos forwarded, int64_t ticks) {
   if (!lower_.anchored()) {
     echo_first_t_ = forwarded;
     echo_first_ticks_ = ticks;
-  } else if (quality_ == Quality::kUnknown) {
-    // Provisional value from the first echoes (blind to the uplink queue).
+    echo_hint_tried_ = false;
+  } else if (quality_ == Quality::kUnknown && !echo_hint_tried_ &&
+             forwarded - echo_first_t_ >= kEchoHintSpan) {
+    // Provisional value from the first echoes (blind to the uplink queue); one try.
+    echo_hint_tried_ = true;
     try_hint(forwarded - echo_first_t_, ticks - echo_first_ticks_);
   }
   if (lower_.add(forwarded, ticks)) decide();
@@ -111,19 +114,22 @@ void TickEstimator::decide() {
     publish(static_cast<double>(*match), true, Quality::kEstimated);
     return;
   }
-  // Odd value: the stable side(s).
-  double sum = 0;
-  int n = 0;
-  if (u && upper_.stable()) {
-    sum += *u;
-    ++n;
+  // Odd value: the stable side(s). Both present but far apart: as above, the arrival side is
+  // the suspect (an uplink queue growing at a steady rate even looks stable), so L alone.
+  double g = 0;
+  if (u && l && hi / lo - 1.0 > 2.0 * kStableTolerance) {
+    if (!lower_.stable()) return;
+    g = *l;
+  } else if (u && l) {
+    if (!upper_.stable() || !lower_.stable()) return;
+    g = (*u + *l) / 2;
+  } else if (u) {
+    if (!upper_.stable()) return;
+    g = *u;
+  } else {
+    if (!lower_.stable()) return;
+    g = *l;
   }
-  if (l && lower_.stable()) {
-    sum += *l;
-    ++n;
-  }
-  if (n == 0) return;
-  const double g = sum / n;
   if (quality_ != Quality::kEstimated || std::fabs(g - g_) > g_ * 1e-4) {
     publish(g, false, Quality::kEstimated);
   }

@@ -179,14 +179,16 @@ class TsUnwrapper {
 //    kSnapTolerance of it); a snap is final;
 //  - otherwise an odd value (3.333 ms of HZ=300, 1 us of Linux's usec TS option, anything):
 //    a side whose value agrees within kStableTolerance at spans S and >= 2S (a biased side
-//    drifts as its bias shrinks like 1/span), the mean of both when both are stable; it keeps
-//    being refined as the span grows.
+//    drifts as its bias shrinks like 1/span); the mean of both when both are stable and
+//    agree, L alone when they are far apart (a queue growing at a steady rate looks stable);
+//    it keeps being refined as the span grows.
 //  - A provisional value may come from the handshake (SYN -> third ACK, both from the phone,
 //    normally through an empty uplink buffer) or from the first two echoes (blind to the
 //    uplink queue, e.g. a sibling flow's initial window queued ahead of this flow's ACK):
 //    snapped to a candidate only when the quantisation error (one tick over the span) cannot
 //    make it another candidate. It lets the controller work in the first second; the
-//    long-span estimate replaces it.
+//    long-span estimate replaces it. (An HZ=300 phone can pass for 4 ms here: g read too
+//    large makes d fall, t_buff read low, the harmless direction, until the estimate.)
 //  - reanchor() (after an idle gap longer than the delay horizon) restarts both spans but
 //    keeps the current value: a phone that suspended during the gap stopped its TS clock
 //    (CLOCK_MONOTONIC), which would bias a slope taken across the gap.
@@ -201,6 +203,7 @@ class TickEstimator {
   static constexpr Nanos kMinSpan = 1 * kSecond;     // span before a side has a value
   static constexpr Nanos kBlock = 250 * kMilli;      // one value per block
   static constexpr Nanos kHintMinSpan = 10 * kMilli;
+  static constexpr Nanos kEchoHintSpan = 40 * kMilli;  // echo hint: first pair this far apart
 
   enum class Quality : uint8_t { kUnknown, kHint, kEstimated };
 
@@ -260,6 +263,7 @@ class TickEstimator {
   Slope lower_{false};
   Nanos echo_first_t_ = 0;  // first echo sample (provisional hint)
   int64_t echo_first_ticks_ = 0;
+  bool echo_hint_tried_ = false;
   double g_ = 0;
   uint32_t version_ = 0;
   Quality quality_ = Quality::kUnknown;
