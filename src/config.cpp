@@ -150,28 +150,40 @@ const std::string& scalar(const Reader& r, const Entry& e, std::string_view expe
   return e.node.Scalar();
 }
 
-// A non-negative decimal integer. Accepts YAML 1.1 digit separators (1_000_000); rejects
-// signs, fractions, exponents, hex and leading zeros (YAML 1.1 reads 0755 as octal).
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+// Removes YAML 1.1 digit separators (1_000_000): each '_' must sit between two digits.
+std::optional<std::string> without_separators(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '_') {
+      out += s[i];
+    } else if (i == 0 || i + 1 == s.size() || !is_digit(s[i - 1]) || !is_digit(s[i + 1])) {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+// A non-negative decimal integer. Rejects signs, fractions, exponents, hex and leading zeros
+// (YAML 1.1 reads 0755 as octal).
 uint64_t read_uint(const Reader& r, const Entry& e, uint64_t lo, uint64_t hi) {
   const std::string& s = scalar(r, e, "an integer");
   if (!is_plain_scalar(e.node)) r.fail(e, "expected an integer, not a quoted string");
   if (!s.empty() && s[0] == '-') r.fail(e, "must not be negative");
-  std::string digits;
-  bool ok = !s.empty() && s.front() != '_' && s.back() != '_';
-  for (size_t i = 0; ok && i < s.size(); ++i) {
-    if (s[i] >= '0' && s[i] <= '9') {
-      digits += s[i];
-    } else if (s[i] != '_' || s[i + 1] == '_') {
-      ok = false;
-    }
+  const std::optional<std::string> digits = without_separators(s);
+  if (!digits || digits->empty() || !std::all_of(digits->begin(), digits->end(), is_digit)) {
+    r.fail(e, "expected an integer");
   }
-  if (!ok) r.fail(e, "expected an integer");
-  if (digits.size() > 1 && digits[0] == '0') {
+  if (digits->size() > 1 && (*digits)[0] == '0') {
     r.fail(e, "leading zero (YAML 1.1 reads it as octal): write the number without it");
   }
   uint64_t v = 0;
-  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
-  if (ec != std::errc() || ptr != digits.data() + digits.size() || v < lo || v > hi) {
+  const char* end = digits->data() + digits->size();
+  auto [ptr, ec] = std::from_chars(digits->data(), end, v);
+  if (ec != std::errc() || ptr != end || v < lo || v > hi) {
     r.fail(e, "out of range, must be between " + std::to_string(lo) + " and " + std::to_string(hi));
   }
   return v;
@@ -192,34 +204,39 @@ struct Range {
   }
 };
 
-// A finite decimal number: 3, 0.875, 2.5e-1.
+// True for the number syntax accepted by read_real: -?digits(.digits)?([eE][-+]?digits)?
+bool is_decimal_number(std::string_view s) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t start = i;
+    while (i < s.size() && is_digit(s[i])) ++i;
+    return i > start;
+  };
+  if (i < s.size() && s[i] == '-') ++i;
+  if (!digits()) return false;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    if (!digits()) return false;
+  }
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+    if (!digits()) return false;
+  }
+  return i == s.size();
+}
+
+// A finite decimal number: 3, 0.875, 2.5e-1, 86_400.
 double read_real(const Reader& r, const Entry& e, Range range) {
   const std::string& s = scalar(r, e, "a number");
   if (!is_plain_scalar(e.node)) r.fail(e, "expected a number, not a quoted string");
-  // -?digits(.digits)?([eE][-+]?digits)?
-  size_t i = 0;
-  auto digits = [&] {
-    size_t start = i;
-    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
-    return i > start;
-  };
-  bool ok = true;
-  if (i < s.size() && s[i] == '-') ++i;
-  ok = digits();
-  if (ok && i < s.size() && s[i] == '.') {
-    ++i;
-    ok = digits();
-  }
-  if (ok && i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
-    ++i;
-    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
-    ok = digits();
-  }
-  if (!ok || i != s.size()) r.fail(e, "expected a number");
+  const std::optional<std::string> text = without_separators(s);
+  if (!text || !is_decimal_number(*text)) r.fail(e, "expected a number");
   double v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(v) || !range.contains(v)) {
-    if (!s.empty() && s[0] == '-' && range.lo >= 0) r.fail(e, "must not be negative");
+  const char* end = text->data() + text->size();
+  auto [ptr, ec] = std::from_chars(text->data(), end, v);
+  if (ec != std::errc() || ptr != end || !std::isfinite(v) || !range.contains(v)) {
+    if ((*text)[0] == '-' && range.lo >= 0) r.fail(e, "must not be negative");
     r.fail(e, "out of range, must be " + range.describe());
   }
   return v;
@@ -315,7 +332,10 @@ void read_threshold(Reader& r, const Entry& e, RsfcParams& p) {
     p.threshold.reset();
     return;
   }
-  if (e.node.IsScalar() && !is_plain_scalar(e.node)) r.fail(e, "expected auto or a number of ms");
+  const auto number = e.node.IsScalar() ? without_separators(e.node.Scalar()) : std::nullopt;
+  if (e.node.IsScalar() && (!is_plain_scalar(e.node) || !number || !is_decimal_number(*number))) {
+    r.fail(e, "expected auto or a number of ms");
+  }
   const double ms = read_real(r, e, Range{0, 10'000, true, false});
   p.threshold = static_cast<Nanos>(std::llround(ms * static_cast<double>(kMilli)));
 }

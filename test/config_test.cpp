@@ -103,7 +103,7 @@ uplink: { policy: rsfc, static_window_bytes: 131072 }
 downlink: { policy: drwa, static_window_bytes: 4096 }
 min_window_bytes: 4000
 queue: { maxlen: 100_000, socket_buffer_bytes: 65536, batch: 1 }
-flows: { max: 5, idle_timeout_s: 60, closed_timeout_s: 1.5, embryonic_timeout_s: 7 }
+flows: { max: 5, idle_timeout_s: 86_400, closed_timeout_s: 1.5, embryonic_timeout_s: 7 }
 metrics: { listen: "[::1]:9100" }
 log: { level: debug }
 rsfc:
@@ -130,7 +130,7 @@ drwa: { alpha: 0.5, lambda: 2.25 }
   EXPECT_EQ(c.socket_rcvbuf, 65536u);
   EXPECT_EQ(c.batch_size, 1u);
   EXPECT_EQ(c.flows_max, 5u);
-  EXPECT_EQ(c.params.idle_timeout, 60 * kSecond);
+  EXPECT_EQ(c.params.idle_timeout, 86'400 * kSecond);
   EXPECT_EQ(c.params.closed_timeout, 1'500 * kMilli);
   EXPECT_EQ(c.params.embryonic_timeout, 7 * kSecond);
   EXPECT_EQ(c.metrics_listen, "[::1]:9100");
@@ -331,6 +331,10 @@ const BadCase kBadCases[] = {
      "must not be negative (got -2920)"},
     {"integer_leading_zero", "queues: [0755]\n", 1, "queues[0]", "leading zero"},
     {"integer_bad_separator", "flows: { max: 1__000 }\n", 1, "flows.max", "expected an integer"},
+    {"number_bad_separator", "flows: { idle_timeout_s: 1_.5 }\n", 1, "flows.idle_timeout_s",
+     "expected a number"},
+    {"integer_trailing_separator", "flows: { max: 1000_ }\n", 1, "flows.max",
+     "expected an integer"},
     {"number_quoted", "drwa: { lambda: \"3\" }\n", 1, "drwa.lambda", "not a quoted string"},
     {"number_word", "drwa: { lambda: three }\n", 1, "drwa.lambda", "expected a number (got three)"},
     {"number_nan", "drwa: { alpha: .nan }\n", 1, "drwa.alpha", "expected a number (got .nan)"},
@@ -367,7 +371,7 @@ const BadCase kBadCases[] = {
     {"threshold_zero", "rsfc: { threshold_ms: 0 }\n", 1, "rsfc.threshold_ms",
      "must be > 0 and <= 10000 (got 0)"},
     {"threshold_word", "rsfc: { threshold_ms: fast }\n", 1, "rsfc.threshold_ms",
-     "expected a number (got fast)"},
+     "expected auto or a number of ms (got fast)"},
     {"threshold_quoted_number", "rsfc: { threshold_ms: \"20\" }\n", 1, "rsfc.threshold_ms",
      "expected auto or a number of ms (got \"20\")"},
     {"threshold_floor_negative", "rsfc: { threshold_floor_ms: -5 }\n", 1, "rsfc.threshold_floor_ms",
