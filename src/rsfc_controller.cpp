@@ -154,6 +154,7 @@ Nanos UplinkRegulator::lag_window(const RsfcParams& p) const {
 
 void UplinkRegulator::enter_fast(const RsfcParams& p) {
   state_ = RsfcState::kFast;
+  probe_streak_ = 0;
   fast_steps_in_force_ = 0;
   fast_step(p);
 }
@@ -290,10 +291,16 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
       }
       const double prev = w_;
       if (tb < p.probe_below * T + slack) {
-        const double step_cap = rho_ * p.probe_step_queue * seconds(T_);
+        // Each step adds at most probe_step_queue * T of queue should the link turn out to be
+        // full; the allowance doubles with every further step that still finds the buffer
+        // empty (decisive when far from capacity, careful near it).
+        const double streak = static_cast<double>(1u << std::min<uint32_t>(probe_streak_, 4));
+        const double step_cap = rho_ * p.probe_step_queue * seconds(T_) * streak;
         w_ += std::max(std::min(p.growth_per_rtt * w_, step_cap), mss);
+        ++probe_streak_;
       } else {
         w_ += mss;
+        probe_streak_ = 0;
       }
       if (sending) {
         // Never grow a window the phone does not use; shrink it only when clearly unused

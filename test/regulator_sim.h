@@ -223,9 +223,9 @@ class TcpEnd {
     return p;
   }
   uint32_t in_flight() const {
-    const uint32_t out = snd_nxt - snd_una;
+    const uint32_t outstanding = snd_nxt - snd_una;
     const uint32_t gone = lost_bytes_ + sacked_;
-    return out > gone ? out - gone : 0;
+    return outstanding > gone ? outstanding - gone : 0;
   }
   uint32_t ooo_bytes() const {
     uint32_t n = 0;

@@ -40,7 +40,7 @@ struct RsfcParams {
   double growth_per_rtt = 0.25;                // probe: multiplicative growth per step ...
   double probe_step_queue = 0.5;               // ... but at most rho * this * T bytes per step
   double probe_below = 0.25;                   // probe only while t_buff < this * T
-  double fast_target = 0.5;                    // fast state: window = rho * (RTT + this * T)
+  double fast_target = 0.75;                   // fast state: window = rho * (RTT + this * T)
   Nanos min_refresh = 5 * kSecond;             // period of the scheduled drains (monitor)
   double drain_fraction = 0.75;                // monitor: window = this * rho * RTT
   uint32_t initial_window_bytes = 0;           // startup clamp floor before estimates; 0 = 64 KB

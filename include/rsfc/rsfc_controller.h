@@ -36,10 +36,12 @@
 //             trip, not after megabytes of autotuned server window are used up. Then the
 //             first window is the flow's current in-flight estimate rho * (RTT + t_buff).
 //   kSlow     t_buff < T_low (buffer empty: the link may have room): probe,
-//               W += min(growth_per_rtt * W, probe_step_queue * T * rho)
-//             growth proportional to the flow's own window, so N flows sharing one buffer
-//             grow together like one flow; the cap in queue-time units bounds the overshoot
-//             of a probe step to a fraction of T whatever the window.
+//               W += min(growth_per_rtt * W, probe_step_queue * T * rho * 2^min(k, 4))
+//             with k the number of probe steps in a row before this one: growth
+//             proportional to the flow's own window, so N flows sharing one buffer grow
+//             together like one flow; the cap in queue-time units bounds the overshoot of a
+//             probe step to a fraction of T near capacity and doubles while the buffer stays
+//             empty (decisive when far from it).
 //             T_low <= t_buff <= T: hold (+1 MSS per step, to follow capacity increases).
 //             In both, W never grows beyond (1 + growth_per_rtt) * in-flight + 2 MSS, with
 //             in-flight = rho * (current RTT + t_buff): never grow a window the phone does not
@@ -175,6 +177,7 @@ class UplinkRegulator {
   uint32_t mss_ = kDefaultMss;
   uint16_t fast_steps_in_force_ = 0;
   uint8_t monitor_steps_ = 0;
+  uint32_t probe_streak_ = 0;  // consecutive probe steps that found the buffer empty
   RsfcState state_ = RsfcState::kStartup;
   bool clamping_ = false;
   bool ts_ = false;
