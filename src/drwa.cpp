@@ -131,13 +131,15 @@ WindowDecision DownlinkRegulator::target_window(Nanos now, const DrwaParams& p) 
   if (interval_open_ && rtt_est_ > 0) {
     const Nanos iv = std::max(p.interval_floor, static_cast<Nanos>(rtt_est_));
     if (now - interval_start_ >= iv) {
-      if (bytes_ > 0) {
+      if (bytes_ > 0 && now - interval_start_ <= kIdleIntervals * iv) {
         update(now, p);
         d.stepped = true;
       } else {
-        // Nothing received: the receiver-side algorithm only runs when data arrives, so an
-        // idle flow keeps its window (it must not decay to the floor while idle).
+        // Nothing received, or a few bytes spread over a long idle stretch: the receiver-side
+        // algorithm only runs as data arrives, so an idle flow keeps its window (it must not
+        // decay to the floor while idle); the next interval starts now.
         interval_start_ = now;
+        bytes_ = 0;
         sample_sum_ = 0;
         sample_count_ = 0;
       }

@@ -42,6 +42,7 @@ class DownlinkRegulator {
  public:
   static constexpr Nanos kMinSlotSpacing = 1 * kMilli;
   static constexpr int kSlotsPerRtt = 6;
+  static constexpr Nanos kIdleIntervals = 2;  // an interval longer than this many RTTs: idle
 
   void on_downlink_segment(Nanos now, const TcpSegment& s, const DrwaParams& p);
   void on_uplink_segment(Nanos now, const TcpSegment& s, const DrwaParams& p);
