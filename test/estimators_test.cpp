@@ -46,7 +46,7 @@ TEST(WindowedMin, EmptyAfterAnIdlePeriodLongerThanTheHorizon) {
 }
 
 TEST(WindowedMin, RebaseAndResetKeepAux) {
-  WindowedMin<4> w;
+  WindowedMinAux<4> w;
   w.update(0, 100, kSecond, /*aux=*/10);
   w.update(ms(300), 50, kSecond, /*aux=*/20);
   w.rebase([](int64_t v, int64_t aux) { return v - aux; });

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <type_traits>
 
 #include "rsfc/packet.h"
 #include "rsfc/types.h"
@@ -51,38 +52,43 @@ struct TcpSegment {
 //  - a new best (delay decrease) is in force at once;
 //  - an old best (e.g. a minimum delay before a route change) ages out within a horizon;
 //  - after an idle period longer than the horizon the window is empty (get() = nullopt).
-// `aux` is carried along with the value (the estimators use it to re-base stored values).
-template <size_t kBuckets, bool kMin>
+// With kAux an `aux` value is carried along with each best value (the delay estimator keeps
+// the tick count there to re-base stored values when the tick estimate changes).
+template <size_t kBuckets, bool kMin, bool kAux = false>
 class WindowedExtremum {
  public:
   struct Sample {
     int64_t value = 0;
-    int64_t aux = 0;
-    Nanos time = 0;
+    int64_t aux = 0;  // 0 unless kAux
   };
 
   void update(Nanos now, int64_t value, Nanos horizon, int64_t aux = 0) {
     const Nanos len = bucket_len(horizon);
     if (count_ > 0 && now < buckets_[newest_].start + len) {
-      Sample& b = buckets_[newest_].best;
-      if (better_or_equal(value, b.value)) b = {value, aux, now};
+      Bucket& b = buckets_[newest_];
+      if (better_or_equal(value, b.value)) set(b, value, aux);
       return;
     }
     newest_ = static_cast<uint8_t>((newest_ + 1) % kBuckets);
     if (count_ < kBuckets) ++count_;
-    buckets_[newest_] = {now, {value, aux, now}};
+    buckets_[newest_].start = now;
+    set(buckets_[newest_], value, aux);
   }
 
   // Best sample still in the window, or nullopt when it is empty.
   std::optional<Sample> get(Nanos now, Nanos horizon) const {
     const Nanos len = bucket_len(horizon);
-    std::optional<Sample> best;
+    const Bucket* best = nullptr;
     for (size_t i = 0; i < count_; ++i) {
       const Bucket& b = buckets_[(newest_ + kBuckets - i) % kBuckets];
       if (b.start + len <= now - horizon) break;  // this one and all older ones expired
-      if (!best || better(b.best.value, best->value)) best = b.best;
+      if (!best || better(b.value, best->value)) best = &b;
     }
-    return best;
+    if (!best) return std::nullopt;
+    Sample s;
+    s.value = best->value;
+    if constexpr (kAux) s.aux = best->aux;
+    return s;
   }
 
   // Forgets everything, then holds one sample.
@@ -90,7 +96,8 @@ class WindowedExtremum {
     clear();
     count_ = 1;
     newest_ = 0;
-    buckets_[0] = {now, {value, aux, now}};
+    buckets_[0].start = now;
+    set(buckets_[0], value, aux);
   }
   void clear() {
     count_ = 0;
@@ -101,17 +108,28 @@ class WindowedExtremum {
   // value = f(value, aux) for every stored sample (used when the tick estimate changes).
   template <class F>
   void rebase(F f) {
+    static_assert(kAux, "rebase needs the aux values");
     for (size_t i = 0; i < count_; ++i) {
-      Sample& s = buckets_[(newest_ + kBuckets - i) % kBuckets].best;
-      s.value = f(s.value, s.aux);
+      Bucket& b = buckets_[(newest_ + kBuckets - i) % kBuckets];
+      b.value = f(b.value, b.aux);
     }
   }
 
  private:
+  struct NoAux {};
   struct Bucket {
     Nanos start = 0;
-    Sample best;
+    int64_t value = 0;
+    [[no_unique_address]] std::conditional_t<kAux, int64_t, NoAux> aux{};
   };
+  static void set(Bucket& b, int64_t value, int64_t aux) {
+    b.value = value;
+    if constexpr (kAux) {
+      b.aux = aux;
+    } else {
+      (void)aux;
+    }
+  }
   static Nanos bucket_len(Nanos horizon) {
     const Nanos l = horizon / static_cast<Nanos>(kBuckets);
     return l > 0 ? l : 1;
@@ -126,6 +144,8 @@ class WindowedExtremum {
 
 template <size_t N>
 using WindowedMin = WindowedExtremum<N, true>;
+template <size_t N>
+using WindowedMinAux = WindowedExtremum<N, true, true>;
 template <size_t N>
 using WindowedMax = WindowedExtremum<N, false>;
 
@@ -316,8 +336,8 @@ class UplinkDelayEstimator {
 
   TsUnwrapper unwrap_;
   TickEstimator tick_;
-  WindowedMin<8> dmin_;    // value d, aux = ticks - ref_t_
-  WindowedMin<4> filter_;  // raw t_buff samples
+  WindowedMinAux<8> dmin_;  // value d, aux = ticks - ref_t_
+  WindowedMin<4> filter_;   // raw t_buff samples
   Nanos ref_a_ = 0;
   int64_t ref_t_ = 0;
   double g_used_ = 0;  // g the stored d values were computed with
