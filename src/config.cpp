@@ -491,11 +491,20 @@ const FieldTable<RsfcParams> kRsfcFields = {
     {"growth_per_rtt", real_field(&RsfcParams::growth_per_rtt, {0, 4, true, false})},
     {"initial_window_bytes", uint_field(&RsfcParams::initial_window_bytes, 0, kMaxWindowBytes)},
     {"decision_log", string_field(&RsfcParams::decision_log)},
+    {"threshold_ceiling_ms", duration_field(&RsfcParams::threshold_ceiling, kMilli, {1, 10'000})},
+    {"rtt_smoothing_ms", duration_field(&RsfcParams::rtt_smoothing, kMilli, {1, 60'000})},
+    {"probe_step_queue", real_field(&RsfcParams::probe_step_queue, {0, 10, true, false})},
+    {"probe_below", real_field(&RsfcParams::probe_below, {0, 1})},
+    {"fast_target", real_field(&RsfcParams::fast_target, {0, 2})},
+    {"min_refresh_s", duration_field(&RsfcParams::min_refresh, kSecond, {0, 3'600})},
+    {"drain_fraction", real_field(&RsfcParams::drain_fraction, {0, 1, true, true})},
 };
 
 const FieldTable<DrwaParams> kDrwaFields = {
     {"alpha", real_field(&DrwaParams::alpha, {0, 1, false, true})},
     {"lambda", real_field(&DrwaParams::lambda, {0, 100, true, false})},
+    {"interval_floor_ms", duration_field(&DrwaParams::interval_floor, kMilli, {1, 10'000})},
+    {"rtt_min_horizon_s", duration_field(&DrwaParams::rtt_min_horizon, kSecond, {0, 86'400})},
 };
 
 const FieldTable<DirectionParams> kDirectionFields = {
