@@ -22,9 +22,16 @@
 //   rho      delivered uplink rate at the gateway, windowed max over >= 1 s (outage-robust).
 //   RTT      the round trip the upload really lives on, WITHOUT its own uplink queue:
 //            (gateway -> phone -> gateway sample from a TS echo) minus that segment's own
-//            t_buff, smoothed, plus the minimum server half. This contains the downlink
-//            queueing a concurrent download causes (the upload's ACKs wait in it): sizing on
-//            RTT_min instead starves the upload (DESIGN.md "quick prototype").
+//            t_buff, plus the minimum server half. This contains the downlink queueing a
+//            concurrent download causes (the upload's ACKs wait in it): sizing on RTT_min
+//            instead starves the upload (DESIGN.md "quick prototype"). Two versions: the
+//            current one (EWMA, gain kRttGain per sample) and the one the window is sized on
+//            (averaged over rtt_smoothing). Their difference is "slack": while the current
+//            round trip is below the average (a download's queue breathing), the upload may
+//            keep that much more in its own buffer - it fills the gap without raising the
+//            phone's total round trip, and keeps the uplink busy. All thresholds below are
+//            on t_buff - slack. Without timestamps: RTT = minimum phone-side round trip +
+//            server half, no slack.
 //   RTT_min  windowed minimum of both halves (handshake + echoes).
 //
 // CONTROL LAW, one step per interval I = clamp(RTT, control_interval_floor, 1 s):
@@ -54,10 +61,19 @@
 //             phase): a standing queue slowly becomes part of min(d) as the old minimum
 //             ages out, and a flow that started behind its siblings' queue took it for its
 //             minimum; all flows of a phone drain together and see the empty buffer. Drain:
-//             W = drain_fraction * rho * RTT. If the buffer empties, min(d) is confirmed;
-//             otherwise after kMonitorSteps effective steps the remaining delay is not ours
-//             (route change; downlink queue for timestamp-less flows): it becomes the new
-//             baseline. Then kSlow.
+//             W = drain_fraction * rho * RTT (current). If the buffer empties, min(d) is
+//             confirmed; otherwise after kMonitorSteps steps in force: without timestamps
+//             the remaining delay is not ours (downlink queue, route change) and becomes the
+//             new baseline; with timestamps min(d) is a physical one-way delay and is left to
+//             age out over the horizon (re-baselining there would let sibling flows that keep
+//             the buffer filled ratchet the queue up). Then kSlow, with the window from
+//             before the drain (a drain is a measurement, not a decision).
+//
+// KNOWN LIMITS (simulation, see rsfc_controller_test.cpp): flows of one phone that start
+// together behind each other's initial windows take that queue for their minimum until a
+// drain empties the buffer; four simultaneous uploads keep 0.1-0.3 s of queue (instead of
+// 1.5-4 s), not under T. Timestamp-less flows cannot tell their uplink queue from a download's
+// downlink queue; they are regulated, more loosely.
 #pragma once
 
 #include <cstddef>
@@ -117,7 +133,9 @@ class UplinkRegulator {
   std::optional<Nanos> rtt_used() const { return rtt_; }
   Nanos rtt_now() const { return rtt_now_; }  // current round trip without own queue
   Nanos threshold() const { return T_; }
-  uint32_t window() const;  // current target, kNoClamp when not clamping
+  // The controller's window; kNoClamp in kStartup (target_window() then returns the
+  // startup clamp).
+  uint32_t window() const;
   uint32_t mss() const { return mss_; }
   const UplinkDelayEstimator& delay() const { return delay_; }
   const DeliveredRate& delivered() const { return rate_; }
