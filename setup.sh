@@ -27,6 +27,6 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"
 if [[ "${RSFC_SKIP_ASAN:-0}" != 1 ]]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRSFC_SANITIZE=ON >/dev/null
-  cmake --build build-asan -j"$jobs" --target packet_test config_test regulator_test core_test
+  cmake --build build-asan -j"$jobs"
 fi
 echo "setup: built $(pwd)/build/rsfcd"

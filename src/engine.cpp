@@ -1,6 +1,7 @@
 #include "rsfc/engine.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "rsfc/drwa.h"
 #include "rsfc/estimators.h"
@@ -44,6 +45,8 @@ bool in_any(const std::vector<Prefix>& nets, const IpAddr& a) {
   }
   return false;
 }
+
+constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
 
 // Policies that run a regulator: the enforcing ones, and observe (estimates only).
 bool feeds_regulator(Policy p) {
@@ -344,10 +347,10 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now) {
       rec.knob = "uplink";
       rec.state = u.state_name();
       rec.tick_ms = u.tick_ms();
-      rec.t_buff_ms = u.t_buff() ? static_cast<double>(*u.t_buff()) / 1e6 : -1;
+      rec.t_buff_ms = u.t_buff() ? static_cast<double>(*u.t_buff()) / 1e6 : kUnknown;
       rec.rate_bps = u.rate();
-      rec.rtt_min_ms = u.rtt_min() ? static_cast<double>(*u.rtt_min()) / 1e6 : -1;
-      rec.rtt_ms = u.rtt_used() ? static_cast<double>(*u.rtt_used()) / 1e6 : -1;
+      rec.rtt_min_ms = u.rtt_min() ? static_cast<double>(*u.rtt_min()) / 1e6 : kUnknown;
+      rec.rtt_ms = u.rtt_used() ? static_cast<double>(*u.rtt_used()) / 1e6 : kUnknown;
       rec.timestamps = u.timestamps();
     }
   } else {
@@ -357,8 +360,8 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now) {
       rec.knob = "downlink";
       rec.state = "drwa";
       rec.rate_bps = dr.rate();
-      rec.rtt_min_ms = dr.rtt_min() ? static_cast<double>(*dr.rtt_min()) / 1e6 : -1;
-      rec.rtt_ms = dr.rtt_est() ? static_cast<double>(*dr.rtt_est()) / 1e6 : -1;
+      rec.rtt_min_ms = dr.rtt_min() ? static_cast<double>(*dr.rtt_min()) / 1e6 : kUnknown;
+      rec.rtt_ms = dr.rtt_est() ? static_cast<double>(*dr.rtt_est()) / 1e6 : kUnknown;
       rec.timestamps = dr.timestamps();
     }
   }
