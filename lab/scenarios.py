@@ -15,6 +15,7 @@ over the intervals after the warm-up; RTT percentiles over the same window.
     /usr/bin/python3 lab/scenarios.py --scenario 3g
     /usr/bin/python3 lab/scenarios.py --scenario lte --policies off,static:65536,rsfc
     /usr/bin/python3 lab/scenarios.py --scenario 3g --validate     # the emulated link alone
+    /usr/bin/python3 lab/scenarios.py --show lab/out/3g-....json    # table of an earlier run
 
 Policies: none (no rsfcd, no NFQUEUE on the gateway), off, observe, static:BYTES, rsfc.
 Needs root, iperf3, build/rsfcd and build/lab/rsfc-linkem (RSFC_BUILD_DIR=... otherwise).
@@ -254,7 +255,10 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
 def _fmt(v, unit="", digits=2):
     if v is None:
         return "-"
-    return f"{v:.{digits}f}{unit}"
+    text = f"{v:.{digits}f}"
+    if text.startswith("-") and float(text) == 0:  # no "-0"
+        text = text[1:]
+    return text + unit
 
 
 def summarize(scenario: Scenario, results: dict[str, dict[str, TestResult]]) -> dict:
@@ -447,7 +451,14 @@ def main(argv=None) -> int:
     ap.add_argument("--validate", action="store_true",
                     help="measure the emulated link alone (no rsfcd) instead")
     ap.add_argument("--json", help="output file (default lab/out/<scenario>-<time>.json)")
+    ap.add_argument("--show", metavar="JSON", help="print the table of an earlier run's JSON")
     a = ap.parse_args(argv)
+    if a.show:
+        saved = json.loads(Path(a.show).read_text())
+        m = saved["meta"]
+        print(format_table(SCENARIOS[m["scenario"]], saved["summary"], m["duration_s"],
+                           m["warmup_s"]))
+        return 0
     if a.warmup >= a.duration:
         ap.error("--warmup must be shorter than --duration")
     scenario = SCENARIOS[a.scenario]
