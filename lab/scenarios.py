@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import statistics
 import subprocess
@@ -84,7 +85,20 @@ def policy_config(policy: str) -> dict | None:
                 "downlink": down}
     if policy in ("off", "observe", "rsfc"):
         return {"uplink": {"policy": policy}, "downlink": down}
-    raise ValueError(f"unknown policy {policy!r} (none, off, observe, static:BYTES, rsfc)")
+    if policy.startswith("rsfc[") and policy.endswith("]"):
+        # rsfc with parameter overrides, e.g. "rsfc[fast_target=1.5;drain_fraction=0.9]"
+        params = {}
+        for kv in filter(None, policy[5:-1].split(";")):
+            k, _, v = kv.partition("=")
+            k, v = k.strip(), v.strip()
+            try:
+                num = float(v)
+                params[k] = int(num) if num.is_integer() and "." not in v else num
+            except ValueError:
+                params[k] = v  # "auto", a path
+        return {"uplink": {"policy": "rsfc"}, "downlink": down, "rsfc": params}
+    raise ValueError(f"unknown policy {policy!r} "
+                     "(none, off, observe, static:BYTES, rsfc, rsfc[key=value/...])")
 
 
 # ---- one test -------------------------------------------------------------------------
@@ -162,7 +176,8 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
     name = f"lbs{os.getpid() % 100000}t{_SEQ}"
     res = TestResult(policy=policy, kind=kind)
     cfg = policy_config(policy)
-    wd = (workdir or Path("/tmp/rsfc-lab")) / f"{scenario.name}-{policy.replace(':', '')}-{kind}"
+    tag = re.sub(r"[^A-Za-z0-9_.=-]", "_", policy.replace(":", ""))
+    wd = (workdir or Path("/tmp/rsfc-lab")) / f"{scenario.name}-{tag}-{kind}"
     with topo_mod.Topology(name, cc_phone="cubic", cc_srv="cubic",
                            phone_timestamps=scenario.phone_timestamps, workdir=wd) as t:
         with Shaping(t, scenario.link, engine=engine) as shaping:
@@ -450,6 +465,8 @@ def main(argv=None) -> int:
                     help="bottleneck: kernel TBF (default) or rsfc-linkem's own")
     ap.add_argument("--validate", action="store_true",
                     help="measure the emulated link alone (no rsfcd) instead")
+    ap.add_argument("--kinds", default="dl,ul,both",
+                    help="tests per policy: dl (download alone), ul (upload alone), both")
     ap.add_argument("--json", help="output file (default lab/out/<scenario>-<time>.json)")
     ap.add_argument("--show", metavar="JSON", help="print the table of an earlier run's JSON")
     a = ap.parse_args(argv)
@@ -477,7 +494,9 @@ def main(argv=None) -> int:
         print(f"(JSON: {out_path})")
         return 1 if v["errors"] else 0
     policies = [p.strip() for p in a.policies.split(",") if p.strip()]
-    results = run_scenario(scenario, policies, a.duration, a.warmup, engine=a.engine, log=log)
+    kinds = tuple(k.strip() for k in a.kinds.split(",") if k.strip())
+    results = run_scenario(scenario, policies, a.duration, a.warmup, engine=a.engine,
+                           kinds=kinds, log=log)
     summary = summarize(scenario, results)
     out_path.write_text(json.dumps({
         "meta": meta, "summary": summary,
