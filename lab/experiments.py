@@ -733,7 +733,7 @@ def run_web(a, log) -> dict:
     def one(label, policy, upload):
         t_start = time.monotonic()
         with Bench(label, sc.link, policy, workdir=wd, log=log) as b:
-            b.begin(ping_s=D + timeout, linger_s=8)
+            b.begin(ping_s=D + 10, linger_s=8)
             if upload:
                 b.at(0, b.bulk, "ul", "up", D + 2 * timeout)
             b.at(0, b.web, "web", W, D, timeout)
