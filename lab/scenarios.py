@@ -85,6 +85,8 @@ def policy_config(policy: str) -> dict | None:
                 "downlink": down}
     if policy in ("off", "observe", "rsfc"):
         return {"uplink": {"policy": policy}, "downlink": down}
+    if policy == "rsfc+drwa":  # both knobs: RSFC on the uplink, DRWA on the downlink
+        return {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"}}
     if policy.startswith("rsfc[") and policy.endswith("]"):
         # rsfc with parameter overrides, e.g. "rsfc[fast_target=1.5;drain_fraction=0.9]"
         params = {}
