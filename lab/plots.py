@@ -213,6 +213,18 @@ def bars(groups: list[str], series: dict[str, list[float | None]], ylabel: str, 
         ax.set_title(title)
 
 
+def _fig_legend(fig, ax, title: str | None = None) -> None:
+    """Legend (and title) above the panels, so that it never hides a bar."""
+    handles, labels = ax.get_legend_handles_labels()
+    if ax.get_legend():
+        ax.get_legend().remove()
+    if title:
+        fig.suptitle(title, y=0.99)
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels),
+               bbox_to_anchor=(0.5, 0.93 if title else 0.99))
+    fig.tight_layout(rect=(0, 0, 1, 0.86 if title else 0.92))
+
+
 def _trio(policies: list[str], best: str | None) -> list[str]:
     return ["off"] + ([best] if best else []) + ["rsfc"]
 
@@ -231,7 +243,7 @@ def plot_trace(out: dict, d: Path) -> list[Path]:
                 _trio(out["policies"], e["best_static"]) if p in e["tests"]]
         paths.append(timeseries(cols, f"trace {name} (from {e['offset_s']:g} s): download + "
                                 f"upload", d / f"trace-{name}-timeseries.png"))
-    fig, axs = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, axs = plt.subplots(1, 3, figsize=(13, 4))
     short = [n.split("-")[1] for n in names]
     pols = {}
     for n in names:
@@ -247,11 +259,9 @@ def plot_trace(out: dict, d: Path) -> list[Path]:
             (axs[1], "ul_fraction", "upload, % of trace capacity", 100, "{:.0f}", False),
             (axs[2], "rtt_p95_ms", "phone RTT p95 [ms]", 1, "{:.0f}", True)):
         bars(short, {k: col(k, field, scale) for k in pols}, ylabel, ax, fmt=fmt, log=log)
-    axs[0].legend(loc="upper left")
-    fig.suptitle("trace: download + upload over the shipped cellular traces "
-                 "(best static per trace: " + ", ".join(
-                     f"{s} {out['traces'][n]['best_static']}" for s, n in zip(short, names)) + ")")
-    fig.tight_layout()
+    _fig_legend(fig, axs[0], "trace: download + upload over the shipped cellular traces "
+                "(best static per trace: " + ", ".join(
+                    f"{s} {out['traces'][n]['best_static']}" for s, n in zip(short, names)) + ")")
     p = d / "trace-summary.png"
     fig.savefig(p, dpi=DPI)
     plt.close(fig)
@@ -273,10 +283,9 @@ def plot_web(out: dict, d: Path) -> list[Path]:
         bars(["p50", "p90"], {n: [S[p][page]["p50"], S[p][page]["p90"]]
                               for n, p in zip(names, pols)},
              "page load time [s]", ax, title=title, fmt="{:.1f}", log=True)
-    axs[0].legend(loc="upper left")
     bars(["upload [Mbit/s]"], {n: [S[p]["ul_mbps"]] for n, p in zip(names, pols)}, "Mbit/s",
          axs[2], title="upload goodput during the loads")
-    fig.tight_layout()
+    _fig_legend(fig, axs[0])
     p = d / "web-summary.png"
     fig.savefig(p, dpi=DPI)
     plt.close(fig)
@@ -300,8 +309,7 @@ def plot_fairness(out: dict, d: Path) -> list[Path]:
         bars(cases, {_label(p, best): [S[p][c][field] for c in cases] for p in trio}, ylabel, ax,
              fmt="{:.2f}" if field != "rtt_p95_ms" else "{:.0f}", log=field == "rtt_p95_ms")
     axs[0].set_ylim(0, 1.15)
-    axs[0].legend(loc="lower left")
-    fig.tight_layout()
+    _fig_legend(fig, axs[0])
     p = d / "fairness-summary.png"
     fig.savefig(p, dpi=DPI)
     plt.close(fig)
@@ -350,7 +358,7 @@ def plot_stacks(out: dict, d: Path) -> list[Path]:
         cols = [(_label(p, best), out["tests"][v][p]) for p in _trio(out["policies"], best)]
         paths.append(timeseries(cols, f"stacks: phone {v}, download + upload, 3g link",
                                 d / f"stacks-{v}-timeseries.png"))
-    fig, axs = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, axs = plt.subplots(1, 3, figsize=(13, 4))
     S = out["summary"]
     keys = ["off", "best static", "rsfc"]
 
@@ -364,10 +372,8 @@ def plot_stacks(out: dict, d: Path) -> list[Path]:
                                           (axs[2], "rtt_p95_ms", "phone RTT p95 [ms]", 1, True)):
         bars(variants, {k: [val(v, k, field, scale) for v in variants] for k in keys}, ylabel, ax,
              fmt="{:.0f}", log=log)
-    axs[0].legend(loc="lower left")
-    fig.suptitle("stacks (best static per stack: " + ", ".join(
-        f"{v} {out['best_static'].get(v)}" for v in variants) + ")")
-    fig.tight_layout()
+    _fig_legend(fig, axs[0], "stacks: download + upload, 3g link (best static per stack: " +
+                ", ".join(f"{v} {out['best_static'].get(v)}" for v in variants) + ")")
     p = d / "stacks-summary.png"
     fig.savefig(p, dpi=DPI)
     plt.close(fig)
