@@ -185,7 +185,7 @@ def _tbf_burst(rate_bps: int) -> int:
 
 
 def wants_decision_log(policy: str) -> bool:
-    return policy in ("rsfc", "observe") or policy.startswith("rsfc[")
+    return policy == "observe" or policy.startswith("rsfc")
 
 
 class Bench:
@@ -571,8 +571,12 @@ def payload_fraction(timestamps: bool, engine: str) -> float:
 
 
 # ---- policies and tables ---------------------------------------------------------------
+_EXTRA_POLICIES: list[str] = []
+
+
 def policies_for(statics: list[int]) -> list[str]:
-    return ["off"] + [f"static:{s}" for s in statics] + ["rsfc"]
+    """off, the static sizes, rsfc, then --extra-policies (e.g. rsfc+drwa, rsfc[k=v;...])."""
+    return ["off"] + [f"static:{s}" for s in statics] + ["rsfc"] + _EXTRA_POLICIES
 
 
 def pick_best_static(scores: dict[str, float | None], tiebreak: dict[str, float] | None = None
@@ -1105,6 +1109,9 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", type=float, help="seconds per test (default per scenario)")
     ap.add_argument("--warmup", type=float, help="seconds skipped at the start of each test")
     ap.add_argument("--statics", help="static clamp sizes to try, bytes, comma-separated")
+    ap.add_argument("--extra-policies",
+                    help="more policies after rsfc, comma-separated (lab/scenarios.py's "
+                         "policy_config: rsfc+drwa, rsfc[key=value;...], observe)")
     ap.add_argument("--traces", help=f"trace: names (default {','.join(TRACE_NAMES)})")
     ap.add_argument("--trace-offset", type=float,
                     help="trace: start the traces this many seconds in (default: the "
@@ -1120,6 +1127,10 @@ def main(argv=None) -> int:
     if not a.scenario:
         ap.error("a scenario is needed (or --show)")
     a.statics = [int(x) for x in a.statics.split(",")] if a.statics else None
+    if a.extra_policies:
+        _EXTRA_POLICIES.extend(p.strip() for p in a.extra_policies.split(",") if p.strip())
+        for p in _EXTRA_POLICIES:
+            policy_config(p)  # reject a bad policy before running anything
     if a.duration and a.warmup and a.warmup >= a.duration:
         ap.error("--warmup must be shorter than --duration")
     topo_mod.require_root_and_tools(("ip", "iptables-legacy", "ip6tables-legacy", "sysctl", "tc",
