@@ -31,13 +31,12 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import topo as topo_mod  # noqa: E402
-from scenarios import KIB, MIB, OUT_DIR, SCENARIOS, _fmt, _percentile, policy_config  # noqa: E402
-from shaping import Direction, LinkSpec, Shaping, linkem_binary  # noqa: E402
+from scenarios import OUT_DIR, SCENARIOS, _fmt, _percentile, policy_config  # noqa: E402
+from shaping import UPLINK_QUEUE, Direction, LinkSpec, Shaping, linkem_binary  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 LAB = REPO / "lab"
@@ -262,9 +261,8 @@ class Bench:
             # Second phone: its uplink joins the first phone's delay queue and, behind it,
             # the same bottleneck (TBF on gw0 or linkem's queue); its downlink gets its own
             # TBF like the first phone's.
-            for ipt in ("iptables-legacy",):
-                self.topo.run("bs", [ipt, "-A", "LINKEM", "-i", "phone1", "-j", "NFQUEUE",
-                                     "--queue-num", "10"])
+            self.topo.run("bs", ["iptables-legacy", "-A", "LINKEM", "-i", "phone1", "-j",
+                                 "NFQUEUE", "--queue-num", str(UPLINK_QUEUE)])
             if self.engine == "tbf" and self.link.down.rate_bps:
                 self.topo.node_script("bs", "bs-bottleneck.sh", "phone1",
                                       str(self.link.down.rate_bps),
@@ -555,12 +553,12 @@ def flow_series(flow: dict, step: float = 0.5) -> list[tuple[float, float]]:
 
 
 def rtt_stats(res: dict, a: float, b: float) -> dict:
+    """Phone RTT percentiles over the pings sent between a and b (lost ones: whole test)."""
     ping = res.get("ping") or {}
     rtts = [r for t, r in ping.get("samples", []) if a <= t <= b]
-    sent = sum(1 for _ in ping.get("samples", [])) + ping.get("lost", 0)
     return {"p50": _percentile(rtts, 0.5), "p95": _percentile(rtts, 0.95),
             "max": max(rtts) if rtts else None, "n": len(rtts),
-            "lost": ping.get("lost"), "sent": ping.get("sent", sent)}
+            "lost": ping.get("lost"), "sent": ping.get("sent")}
 
 
 def payload_fraction(timestamps: bool, engine: str) -> float:
