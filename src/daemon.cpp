@@ -388,7 +388,10 @@ class Daemon {
     for (auto& w : workers_) w->start();
 
     std::string qs;
-    for (uint16_t q : running_.queues) qs += (qs.empty() ? "" : ",") + std::to_string(q);
+    for (uint16_t q : running_.queues) {
+      if (!qs.empty()) qs += ',';
+      qs += std::to_string(q);
+    }
     log::info("rsfcd %s: serving nfqueue %s (%u flows per queue, batch %u); metrics %s%s",
               RSFC_VERSION, qs.c_str(), flows_per_worker, running_.batch_size,
               running_.metrics_listen.empty() ? "off" : "on http://",
