@@ -241,16 +241,18 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   }
 
   // --- Regulators see every segment (SYNs included: handshake timing, ISN, MSS, TS) --
-  const TcpSegment seg = TcpSegment::from_view(v);
   FlowRegulators& regs = regs_[idx];
   const bool up_fed = feeds_regulator(params_.uplink.policy);
   const bool down_fed = feeds_regulator(params_.downlink.policy);
-  if (dir == Direction::kFromSubscriber) {
-    if (up_fed) regs.up.on_uplink_segment(now, seg, params_.rsfc);
-    if (down_fed) regs.down.on_uplink_segment(now, seg, params_.drwa);
-  } else {
-    if (up_fed) regs.up.on_downlink_segment(now, seg, params_.rsfc);
-    if (down_fed) regs.down.on_downlink_segment(now, seg, params_.drwa);
+  if (up_fed || down_fed) {  // static/off policies skip the regulators entirely
+    const TcpSegment seg = TcpSegment::from_view(v);
+    if (dir == Direction::kFromSubscriber) {
+      if (up_fed) regs.up.on_uplink_segment(now, seg, params_.rsfc);
+      if (down_fed) regs.down.on_uplink_segment(now, seg, params_.drwa);
+    } else {
+      if (up_fed) regs.up.on_downlink_segment(now, seg, params_.rsfc);
+      if (down_fed) regs.down.on_downlink_segment(now, seg, params_.drwa);
+    }
   }
 
   // SYN, SYN-ACK and RST windows are never touched; nor is a segment without an ACK.
