@@ -185,6 +185,8 @@ std::optional<Nanos> UplinkDelayEstimator::on_segment(Nanos now, uint32_t tsval,
     has_ref_ = false;
     confirmed_ = false;
     last_raw_.reset();
+    ++min_rises_;
+    have_min_ = false;
   }
   last_sample_ = now;
   have_last_ = true;
@@ -208,15 +210,29 @@ std::optional<Nanos> UplinkDelayEstimator::on_segment(Nanos now, uint32_t tsval,
     if (std::fabs(dg) > g_used_ * 0.01) filter_.clear();  // a big change: old t_buff is noise
     g_used_ = g_new;
     tick_version_ = tick_.version();
+    ++min_rises_;  // a re-based minimum is not the one a drain confirmed
+    have_min_ = false;
   }
 
   const int64_t d = d_of(now, ticks);
   dmin_.update(now, d, horizon, ticks - ref_t_);
   const auto m = dmin_.get(now, horizon);
   const Nanos tb = m && d > m->value ? d - m->value : 0;
+  const double tol = std::max(static_cast<double>(kConfirmFloor), g_used_);
+  if (m) {
+    // The old minimum aged out and the new one is higher by more than the confirmation
+    // tolerance (relative to the lowest minimum since the last counted rise, so that a slow
+    // creep counts too; sub-tick jitter of the stored minimum does not).
+    if (!have_min_ || m->value < last_min_) {
+      last_min_ = m->value;
+    } else if (static_cast<double>(m->value - last_min_) > tol) {
+      ++min_rises_;
+      last_min_ = m->value;
+    }
+    have_min_ = true;
+  }
   last_raw_ = tb;
   if (filter > 0) filter_.update(now, tb, filter);
-  const double tol = std::max(static_cast<double>(kConfirmFloor), g_used_);
   if (static_cast<double>(tb) <= tol) {
     confirmed_at_ = now;
     confirmed_ = true;
@@ -237,6 +253,8 @@ void UplinkDelayEstimator::raise_baseline(Nanos now, Nanos by) {
   const auto m = dmin_.get(now, std::numeric_limits<Nanos>::max() / 4);
   if (!m) return;
   dmin_.reset_to(now, m->value + by, last_ticks_ - ref_t_);
+  ++min_rises_;
+  have_min_ = false;
   filter_.clear();
   last_raw_.reset();
   confirmed_at_ = now;

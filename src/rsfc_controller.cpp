@@ -198,9 +198,24 @@ bool UplinkRegulator::refresh_due(Nanos now, Nanos prev_step, const RsfcParams& 
   if (p.min_refresh <= 0) return false;
   const Nanos t = now + drain_phase_;
   const Nanos boundary = now - ((t % p.min_refresh) + p.min_refresh) % p.min_refresh;
-  // Unconditional: a flow that joined while its siblings kept a queue took that queue for
-  // its minimum and "confirms" it all the time; only a drain of all of them shows the truth.
-  return prev_step < boundary && now - evidence_since_ > p.min_refresh / 2;
+  if (prev_step >= boundary || now - evidence_since_ <= p.min_refresh / 2) return false;
+  // The first drain is unconditional: a flow that joined while its siblings kept a queue took
+  // that queue for its minimum and "confirms" it all the time; only a drain of all of them
+  // shows the truth. Once a drain has confirmed the minimum, a buffer that emptied on its own
+  // within the last period (a sample at that same minimum) is the same evidence, and a drain
+  // would only cost throughput: every flow sending while the buffer was empty saw the true
+  // minimum. If the minimum rose since (aged out while a queue stood, re-based), a
+  // confirmation may be a standing queue: drain. Timestamp-less flows keep draining on
+  // schedule: their baseline (the phone-side round trip) includes the downlink queue, and
+  // the drain is what re-baselines it. So do flows with a coarse tick: a "confirmation" is a
+  // sample within one tick of min(d), too loose to tell an empty buffer from a short queue
+  // (in simulation, 4 ms and 3.3 ms ticks let the queue creep to 130-150 ms p95 without the
+  // drains).
+  const bool fine_tick = delay_.tick().ns_per_tick() <= static_cast<double>(kFineTick);
+  const bool evidence = ts_ && fine_tick && drain_confirmed_ &&
+                        delay_.min_rises() == rises_at_drain_ &&
+                        now - confirmed_at() <= p.min_refresh;
+  return !evidence;
 }
 
 uint32_t UplinkRegulator::startup_window(const RsfcParams& p) const {
@@ -264,7 +279,11 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
   // Queueing the flow may keep because the round trip is below its recent maximum (a
   // concurrent download's downlink queue breathing): filling those gaps keeps the uplink busy
   // without raising the phone's total round trip above that maximum.
-  const double slack = static_cast<double>(*rtt_ - rtt_now_);
+  // Never negative: while the round trip climbs above its average (the download's queue
+  // growing), the upload's ACKs arrive later and its own buffer runs empty; lowering the
+  // thresholds then would stop the probing exactly when the window has to follow the round
+  // trip up.
+  const double slack = static_cast<double>(std::max<Nanos>(0, *rtt_ - rtt_now_));
   const double mss = static_cast<double>(mss_);
 
   switch (state_) {
@@ -297,6 +316,11 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         const double streak = static_cast<double>(1u << std::min<uint32_t>(probe_streak_, 4));
         const double step_cap = rho_ * p.probe_step_queue * seconds(T_) * streak;
         w_ += std::max(std::min(p.growth_per_rtt * w_, step_cap), mss);
+        // The buffer is empty: the phone is window-limited. If the round trip grew (the
+        // upload's ACKs queue behind a download), the window must follow it at once, not by
+        // probe steps: one delivered-rate times the current round trip plus the fast state's
+        // standing queue, which is what the fast state would leave.
+        w_ = std::max(w_, rho_ * (seconds(rtt_now_) + p.fast_target * seconds(T_)));
         ++probe_streak_;
       } else {
         w_ += mss;
@@ -330,6 +354,8 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
 
     case RsfcState::kMonitor: {
       if (confirmed_at() >= monitor_since_ && has_confirmation()) {
+        drain_confirmed_ = true;
+        rises_at_drain_ = delay_.min_rises();
         leave_monitor(now);  // the buffer emptied: min(d) is current
         return true;
       }

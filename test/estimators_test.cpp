@@ -324,6 +324,25 @@ TEST(UplinkDelayEstimator, DelayDecreaseIsANewMinimumAtOnceIncreaseAgesOut) {
   }
 }
 
+// min_rises() tells the controller that a confirmation may be against a risen minimum (a
+// standing queue taken for the empty buffer): it counts a minimum that aged out to a higher
+// value, not the sub-tick jitter of a steady one.
+TEST(UplinkDelayEstimator, CountsRisesOfTheMinimumNotJitter) {
+  Phone ph;
+  ph.prop = ms(40);
+  // Sub-millisecond queueing jitter: the stored minima differ by fractions of a tick.
+  ph.q = [](Nanos t) { return Nanos{(t / ms(5) * 7919) % 900'000}; };
+  DelayRun r;
+  feed(r, ph, 0, 3 * kSecond, ms(5));
+  const uint32_t settled = r.est.min_rises();
+  feed(r, ph, 3 * kSecond, 25 * kSecond, ms(5));  // steady: minima age out, none rises
+  EXPECT_EQ(r.est.min_rises(), settled);
+  ph.prop = ms(75);  // a standing 35 ms more, longer than the 10 s horizon
+  ph.q = [](Nanos) { return Nanos{0}; };
+  feed(r, ph, 25 * kSecond, 40 * kSecond, ms(5));
+  EXPECT_GT(r.est.min_rises(), settled);
+}
+
 TEST(UplinkDelayEstimator, ClockDriftAgesOut) {
   // The phone's clock runs 100 ppm slow: d creeps up by 0.1 ms per second. With a 10 s
   // window the error stays about 1 ms instead of growing without bound.

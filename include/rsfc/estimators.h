@@ -324,6 +324,10 @@ class UplinkDelayEstimator {
   // evidence that the buffer was empty then and min(d) is current.
   Nanos min_confirmed_at() const { return confirmed_at_; }
   bool has_min_confirmation() const { return confirmed_; }
+  // Counts the times min(d) rose (an old minimum aged out of the horizon, a re-base after a
+  // tick change, an idle restart, raise_baseline): a confirmation against a risen minimum may
+  // be a standing queue taken for the empty buffer.
+  uint32_t min_rises() const { return min_rises_; }
   // Declares the current standing level the new zero: min(d) += by. For the controller's
   // monitor state (a delay increase its clamp cannot remove: route change).
   void raise_baseline(Nanos now, Nanos by);
@@ -345,6 +349,9 @@ class UplinkDelayEstimator {
   Nanos last_sample_ = 0;
   Nanos confirmed_at_ = 0;
   int64_t last_ticks_ = 0;
+  int64_t last_min_ = 0;
+  uint32_t min_rises_ = 0;
+  bool have_min_ = false;
   std::optional<Nanos> last_raw_;
   bool has_ref_ = false;
   bool have_last_ = false;

@@ -60,7 +60,11 @@
 //             (b) at each period boundary of min_refresh on the gateway clock (+ drain
 //             phase): a standing queue slowly becomes part of min(d) as the old minimum
 //             ages out, and a flow that started behind its siblings' queue took it for its
-//             minimum; all flows of a phone drain together and see the empty buffer. Drain:
+//             minimum; all flows of a phone drain together and see the empty buffer. After
+//             the first drain has confirmed min(d), a boundary is skipped when the buffer
+//             emptied on its own within the last period (a sample at the same, unrisen
+//             minimum; timestamps with a tick <= kFineTick only): a drain costs the upload
+//             throughput, most when a download's queue swings its round trip. Drain:
 //             W = drain_fraction * rho * RTT (current). If the buffer empties, min(d) is
 //             confirmed; otherwise after kMonitorSteps steps in force: without timestamps
 //             the remaining delay is not ours (downlink queue, route change) and becomes the
@@ -101,6 +105,7 @@ class UplinkRegulator {
   static constexpr double kRttGain = 0.25;          // EWMA gain per RTT sample
   static constexpr int kMonitorAfterSteps = 3;      // see kMonitor (a)
   static constexpr int kMonitorSteps = 2;           // see kMonitor
+  static constexpr Nanos kFineTick = 2 * kMilli;    // see kMonitor (b): drains may be skipped
   static constexpr double kUnusedFraction = 0.5;    // in flight below this * W: unused
   static constexpr double kMaxDecayPerStep = 0.25;  // unused-window decay per step
   static constexpr uint32_t kDefaultMss = 1460;
@@ -195,7 +200,8 @@ class UplinkRegulator {
   uint32_t mss_ = kDefaultMss;
   uint16_t fast_steps_in_force_ = 0;
   uint8_t monitor_steps_ = 0;
-  uint32_t probe_streak_ = 0;  // consecutive probe steps that found the buffer empty
+  uint32_t probe_streak_ = 0;    // consecutive probe steps that found the buffer empty
+  uint32_t rises_at_drain_ = 0;  // delay_.min_rises() when a drain last confirmed min(d)
   RsfcState state_ = RsfcState::kStartup;
   bool clamping_ = false;
   bool ts_ = false;
@@ -205,6 +211,7 @@ class UplinkRegulator {
   bool hs_taken_ = false;
   bool mss_from_syn_ = false;
   bool lag_confirmed_ = false;
+  bool drain_confirmed_ = false;  // a scheduled drain has emptied the buffer once
 };
 
 }  // namespace rsfc
