@@ -350,7 +350,7 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now) {
       rec.state = u.state_name();
       rec.tick_ms = u.tick_ms();
       rec.t_buff_ms = u.t_buff() ? static_cast<double>(*u.t_buff()) / 1e6 : kUnknown;
-      rec.rate_bps = u.rate();
+      rec.rate_bps = u.rate() * 8;  // bytes/s -> bits/s
       rec.rtt_min_ms = u.rtt_min() ? static_cast<double>(*u.rtt_min()) / 1e6 : kUnknown;
       rec.rtt_ms = u.rtt_used() ? static_cast<double>(*u.rtt_used()) / 1e6 : kUnknown;
       rec.timestamps = u.timestamps();
@@ -361,7 +361,7 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now) {
     if (d.stepped && sink_) {
       rec.knob = "downlink";
       rec.state = "drwa";
-      rec.rate_bps = dr.rate();
+      rec.rate_bps = dr.rate() * 8;
       rec.rtt_min_ms = dr.rtt_min() ? static_cast<double>(*dr.rtt_min()) / 1e6 : kUnknown;
       rec.rtt_ms = dr.rtt_est() ? static_cast<double>(*dr.rtt_est()) / 1e6 : kUnknown;
       rec.timestamps = dr.timestamps();

@@ -34,7 +34,7 @@ struct DecisionRecord {
   const char* state = "";  // controller state name
   double tick_ms = 0;      // subscriber timestamp granularity g (0 = unknown)
   double t_buff_ms = -1;   // filtered uplink buffering delay (-1 = unknown)
-  double rate_bps = 0;     // delivered rate rho, bytes/s
+  double rate_bps = 0;     // delivered rate rho, bits/s (as the field name says)
   double rtt_min_ms = -1;
   double rtt_ms = -1;         // the round trip the controller sizes the window on
   uint64_t window_bytes = 0;  // target window (bytes) after floor; 0 = no clamp
