@@ -483,8 +483,9 @@ TEST_P(SimLinks, UploadAloneQueueSettlesLinkStaysFull) {
   reg.uplink = Policy::kRsfc;
   const Result r = run(reg, "upload alone, rsfc");
   EXPECT_GT(off.upq_p95_ms, 1000);  // the problem exists
-  EXPECT_LT(r.upq_p95_ms, 100);
-  EXPECT_LT(r.upq_mean_ms, 70);  // T + fast_target * T at most, on average
+  // The queue holds between probe_below * T and T (T = 40 ms here) without a sawtooth.
+  EXPECT_LT(r.upq_p95_ms, 60);
+  EXPECT_LT(r.upq_mean_ms, 45);
   EXPECT_GE(r.upload_bps, 0.95 * off.upload_bps);
   EXPECT_EQ(r.up_drops, 0u);
 }
@@ -520,7 +521,7 @@ TEST(SimRsfc, PhoneTicksOtherThanOneMillisecond) {
     s.uplink = Policy::kRsfc;
     s.phone_tick = tick;
     const Result r = run(s, ("upload alone, tick " + std::to_string(tick) + " ns").c_str());
-    EXPECT_LT(r.upq_p95_ms, 100);
+    EXPECT_LT(r.upq_p95_ms, 60);
     EXPECT_GE(r.upload_bps, 0.95 * 1.9e6);
   }
 }
@@ -549,7 +550,11 @@ TEST(SimRsfc, FourUploadsShareTheBuffer) {
   s.uplink = Policy::kRsfc;
   const Result r = run(s, "4 uploads, rsfc");
   EXPECT_GE(r.upload_bps, 0.95 * off.upload_bps);
-  EXPECT_LT(r.upq_p95_ms, 0.15 * off.upq_p95_ms);
+  // Flows that start behind each other's first windows take that queue for their minimum;
+  // the first drain (to the floor, all flows together) shows them the empty buffer. Still
+  // well above T (known limit: per-subscriber state would do better).
+  EXPECT_LT(r.upq_p95_ms, 250);
+  EXPECT_LT(r.upq_mean_ms, 180);
   EXPECT_EQ(r.up_drops, 0u);
 }
 

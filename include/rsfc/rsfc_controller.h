@@ -49,7 +49,10 @@
 //             together like one flow; the cap in queue-time units bounds the overshoot of a
 //             probe step to a fraction of T near capacity and doubles while the buffer stays
 //             empty (decisive when far from it).
-//             T_low <= t_buff <= T: hold (+1 MSS per step, to follow capacity increases).
+//             T_low <= t_buff <= T: hold. A capacity increase drains the buffer below T_low
+//             and so is probed; growing +1 MSS per step here (as before) grew the queue by a
+//             sixth of the link rate on a 40 ms path and made a 25-65 ms sawtooth. Without
+//             timestamps it still does: their reading includes a download's downlink queue.
 //             In both, W never grows beyond (1 + growth_per_rtt) * in-flight + 2 MSS, with
 //             in-flight = rho * (current RTT + t_buff): never grow a window the phone does not
 //             use; below kUnusedFraction * W it decays by kMaxDecayPerStep per step.
