@@ -215,10 +215,14 @@ std::optional<Nanos> UplinkDelayEstimator::on_segment(Nanos now, uint32_t tsval,
   }
 
   const int64_t d = d_of(now, ticks);
+  const auto before = dmin_.empty() ? std::nullopt : dmin_.get(now, horizon);
   dmin_.update(now, d, horizon, ticks - ref_t_);
   const auto m = dmin_.get(now, horizon);
   const Nanos tb = m && d > m->value ? d - m->value : 0;
   const double tol = std::max(static_cast<double>(kConfirmFloor), g_used_);
+  if (before && m && static_cast<double>(before->value - m->value) > tol) {
+    ++min_drops_;  // a delay below the minimum: it had a queue in it (or the route shortened)
+  }
   if (m) {
     // The old minimum aged out and the new one is higher by more than the confirmation
     // tolerance (relative to the lowest minimum since the last counted rise, so that a slow

@@ -67,6 +67,13 @@ void UplinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const Rs
     const auto tb = delay_.on_segment(now, s.tsval, horizon(p), p.tbuff_filter,
                                       ph ? std::optional<Nanos>(now - *ph) : std::nullopt);
     server_echo_.on_forward(now, s.tsval, spacing);
+    if (delay_.min_drops() != drops_seen_) {
+      // min(d) fell: the round trips measured against the old one (sample minus its t_buff)
+      // were too long by the queue hidden in it. Learn them afresh.
+      drops_seen_ = delay_.min_drops();
+      phone_ex_.reset();
+      ex_slow_.reset();
+    }
     if (ph) {
       last_phone_side_ = *ph;
       phone_half_min_.update(now, *ph, horizon(p));
@@ -184,14 +191,18 @@ void UplinkRegulator::enter_monitor(Nanos now, const RsfcParams& p) {
                            ? min_window()
                            : std::max(p.drain_fraction * rho_ * seconds(rtt_now_), min_window());
   w_before_monitor_ = w_;
+  drops_at_monitor_ = delay_.min_drops();
   w_ = std::min(w_, drain);
   cut_edge_ = edge_max_;
 }
 
 void UplinkRegulator::leave_monitor(Nanos now) {
   // The drain was a measurement: the window goes back to where it was (the slow state then
-  // judges the queue afresh against the confirmed minimum).
-  w_ = std::max(w_, w_before_monitor_);
+  // judges the queue afresh against the confirmed minimum) - unless the drain found a lower
+  // minimum: then that window was sized on a round trip with a queue in it, and the slow
+  // state grows the window again from the drained one (at once to rate x round trip once
+  // the round trip is measured anew).
+  if (delay_.min_drops() == drops_at_monitor_) w_ = std::max(w_, w_before_monitor_);
   state_ = RsfcState::kSlow;
   evidence_since_ = now;
 }

@@ -343,6 +343,23 @@ TEST(UplinkDelayEstimator, CountsRisesOfTheMinimumNotJitter) {
   EXPECT_GT(r.est.min_rises(), settled);
 }
 
+// min_drops() tells the controller that its minimum had a queue in it (a flow that started
+// behind its siblings' queue): a sample below it by more than the tolerance. Jitter within a
+// tick does not count.
+TEST(UplinkDelayEstimator, CountsDropsOfTheMinimumNotJitter) {
+  Phone ph;
+  ph.q = [](Nanos t) {
+    const Nanos jitter = (t / ms(5) * 7919) % 900'000;
+    return t < 4 * kSecond ? ms(150) + jitter : jitter;  // the queue empties at 4 s
+  };
+  DelayRun r;
+  feed(r, ph, 0, ms(3900), ms(5));
+  const uint32_t before = r.est.min_drops();
+  feed(r, ph, ms(3900), 6 * kSecond, ms(5));
+  EXPECT_EQ(r.est.min_drops(), before + 1);
+  EXPECT_LE(*r.est.last_raw(), ms(1.1));
+}
+
 TEST(UplinkDelayEstimator, ClockDriftAgesOut) {
   // The phone's clock runs 100 ppm slow: d creeps up by 0.1 ms per second. With a 10 s
   // window the error stays about 1 ms instead of growing without bound.

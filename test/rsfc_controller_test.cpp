@@ -33,6 +33,7 @@ struct PathModel {
   uint32_t ts_base = 0x9000'0000u;
   bool timestamps = true;
   bool window_limited = false;  // the phone sends only within the right edge it knows
+  Nanos handshake_queue = 0;    // uplink queue the SYN and the handshake's ACK wait in
 };
 
 struct Decision {
@@ -71,7 +72,7 @@ class Script {
     syn.seq = isn_;
     syn.mss_option = 1460;
     syn.tsecr = 0;
-    const Nanos a = arrive(t0, ms(0));
+    const Nanos a = arrive(t0, m_.handshake_queue);
     ev_.at(a, [this, syn] { reg_.on_uplink_segment(ev_.now(), syn, p_); });
     ev_.at(a + m_.srv_half, [this] {
       TcpSegment sa = server_seg();
@@ -89,7 +90,7 @@ class Script {
         ack.seq = isn_ + 1;
         ack.ack = srv_isn_ + 1;
         (void)fwd;
-        const Nanos a2 = arrive(ev_.now(), ms(0));
+        const Nanos a2 = arrive(ev_.now(), m_.handshake_queue);
         ev_.at(a2, [this, ack] { reg_.on_uplink_segment(ev_.now(), ack, p_); });
       });
     });
@@ -372,6 +373,38 @@ TEST(RsfcController, DrainPhaseMovesTheBoundary) {
     EXPECT_LT(into_period, ms(200)) << t;
   }
   EXPECT_GE(drains.size(), 2u);
+}
+
+// A flow that started behind a standing queue (its siblings') took that queue for its
+// minimum and its round trip, and sized its window on them. When the first drain reaches the
+// empty buffer the minimum falls: the window from before the drain is not restored, the round
+// trip is learned afresh and the window follows it.
+TEST(RsfcController, DrainThatFindsALowerMinimumDoesNotRestoreTheInflatedWindow) {
+  PathModel m;
+  m.handshake_queue = ms(150);
+  Script s(m);
+  s.handshake();
+  const Nanos empty_at = 5 * kSecond + ms(150);  // the buffer empties during the first drain
+  const auto q = [empty_at](Nanos t) { return t < empty_at ? ms(150) : Nanos{0}; };
+  s.send(ms(4900), kRate, q);
+  const uint32_t before = s.last().window;
+  // The true round trip is 15 + 15 + 20 = 50 ms: about 12.5 kB at 250 kB/s; the inflated
+  // one was 200 ms.
+  EXPECT_GT(before, 0.8 * kRate * 0.200);
+  s.send(ms(1500), kRate, q);
+  ASSERT_EQ(drain_starts(s).size(), 1u);
+  // (The script's queue vanishes at once, so the delivered rate briefly reads high and the
+  // window lands above one true BDP; the point is that it is not the inflated one.)
+  // Every decision after the drain, the first one included.
+  bool after = false;
+  for (const Decision& d : s.log()) {
+    if (d.state == RsfcState::kMonitor) after = true;
+    if (after && d.state != RsfcState::kMonitor) {
+      EXPECT_LT(d.window, 0.6 * before) << d.t;
+    }
+  }
+  EXPECT_GE(s.last().window, 0.8 * kRate * 0.050);
+  EXPECT_LE(*s.reg().rtt_used(), ms(60));
 }
 
 // Once a drain has confirmed the minimum, a buffer that empties on its own is the same

@@ -328,6 +328,10 @@ class UplinkDelayEstimator {
   // tick change, an idle restart, raise_baseline): a confirmation against a risen minimum may
   // be a standing queue taken for the empty buffer.
   uint32_t min_rises() const { return min_rises_; }
+  // Counts samples that lowered min(d) by more than the confirmation tolerance: the old
+  // minimum had a queue in it (a flow that started behind a standing queue), or the path
+  // got shorter. Everything computed against the old minimum was off by that much.
+  uint32_t min_drops() const { return min_drops_; }
   // Declares the current standing level the new zero: min(d) += by. For the controller's
   // monitor state (a delay increase its clamp cannot remove: route change).
   void raise_baseline(Nanos now, Nanos by);
@@ -351,6 +355,7 @@ class UplinkDelayEstimator {
   int64_t last_ticks_ = 0;
   int64_t last_min_ = 0;
   uint32_t min_rises_ = 0;
+  uint32_t min_drops_ = 0;
   bool have_min_ = false;
   std::optional<Nanos> last_raw_;
   bool has_ref_ = false;

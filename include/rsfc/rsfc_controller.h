@@ -203,8 +203,10 @@ class UplinkRegulator {
   uint32_t mss_ = kDefaultMss;
   uint16_t fast_steps_in_force_ = 0;
   uint8_t monitor_steps_ = 0;
-  uint32_t probe_streak_ = 0;    // consecutive probe steps that found the buffer empty
-  uint32_t rises_at_drain_ = 0;  // delay_.min_rises() when a drain last confirmed min(d)
+  uint32_t probe_streak_ = 0;      // consecutive probe steps that found the buffer empty
+  uint32_t rises_at_drain_ = 0;    // delay_.min_rises() when a drain last confirmed min(d)
+  uint32_t drops_at_monitor_ = 0;  // delay_.min_drops() when the current drain began
+  uint32_t drops_seen_ = 0;        // delay_.min_drops() the RTT averages were reset for
   RsfcState state_ = RsfcState::kStartup;
   bool clamping_ = false;
   bool ts_ = false;
