@@ -77,10 +77,14 @@
 //             before the drain (a drain is a measurement, not a decision).
 //
 // KNOWN LIMITS (simulation, see rsfc_controller_test.cpp): flows of one phone that start
-// together behind each other's initial windows take that queue for their minimum until a
-// drain empties the buffer; four simultaneous uploads keep 0.1-0.3 s of queue (instead of
-// 1.5-4 s), not under T. Timestamp-less flows cannot tell their uplink queue from a download's
-// downlink queue; they are regulated, more loosely.
+// together behind each other's initial windows take that queue for their minimum until the
+// first drain (to the floor, at the first min_refresh boundary) empties the buffer; after it
+// each flow's delivered rate (a windowed maximum, taken when siblings were draining) can
+// overstate its share, so four simultaneous uploads keep about 0.15 s of queue (mean; 3.6 s
+// unregulated), two about 0.09 s - not under T - and share unevenly (Jain 0.7-0.97). Per-
+// subscriber state (one rate and one baseline per phone) is what would fix both.
+// Timestamp-less flows cannot tell their uplink queue from a download's downlink queue; they
+// are regulated, more loosely.
 #pragma once
 
 #include <cstddef>
