@@ -176,6 +176,11 @@ def timeseries(columns: list[tuple[str, dict]], title: str, path: Path, step: fl
         if ax.lines:
             ax.set_ylim(0, tb_max)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    """Writes the figure as PNG and frees it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -262,10 +267,7 @@ def plot_trace(out: dict, d: Path) -> list[Path]:
     _fig_legend(fig, axs[0], "trace: download + upload over the shipped cellular traces "
                 "(best static per trace: " + ", ".join(
                     f"{s} {out['traces'][n]['best_static']}" for s, n in zip(short, names)) + ")")
-    p = d / "trace-summary.png"
-    fig.savefig(p, dpi=DPI)
-    plt.close(fig)
-    return paths + [p]
+    return paths + [_save(fig, d / "trace-summary.png")]
 
 
 def plot_web(out: dict, d: Path) -> list[Path]:
@@ -286,10 +288,7 @@ def plot_web(out: dict, d: Path) -> list[Path]:
     bars(["upload [Mbit/s]"], {n: [S[p]["ul_mbps"]] for n, p in zip(names, pols)}, "Mbit/s",
          axs[2], title="upload goodput during the loads")
     _fig_legend(fig, axs[0])
-    p = d / "web-summary.png"
-    fig.savefig(p, dpi=DPI)
-    plt.close(fig)
-    return paths + [p]
+    return paths + [_save(fig, d / "web-summary.png")]
 
 
 def plot_fairness(out: dict, d: Path) -> list[Path]:
@@ -310,10 +309,7 @@ def plot_fairness(out: dict, d: Path) -> list[Path]:
              fmt="{:.2f}" if field != "rtt_p95_ms" else "{:.0f}", log=field == "rtt_p95_ms")
     axs[0].set_ylim(0, 1.15)
     _fig_legend(fig, axs[0])
-    p = d / "fairness-summary.png"
-    fig.savefig(p, dpi=DPI)
-    plt.close(fig)
-    return paths + [p]
+    return paths + [_save(fig, d / "fairness-summary.png")]
 
 
 def plot_changes(out: dict, d: Path) -> list[Path]:
@@ -344,10 +340,7 @@ def plot_changes(out: dict, d: Path) -> list[Path]:
     handles, labels = axs[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=len(labels))
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    p = d / "changes-summary.png"
-    fig.savefig(p, dpi=DPI)
-    plt.close(fig)
-    return paths + [p]
+    return paths + [_save(fig, d / "changes-summary.png")]
 
 
 def plot_stacks(out: dict, d: Path) -> list[Path]:
@@ -374,10 +367,7 @@ def plot_stacks(out: dict, d: Path) -> list[Path]:
              fmt="{:.0f}", log=log)
     _fig_legend(fig, axs[0], "stacks: download + upload, 3g link (best static per stack: " +
                 ", ".join(f"{v} {out['best_static'].get(v)}" for v in variants) + ")")
-    p = d / "stacks-summary.png"
-    fig.savefig(p, dpi=DPI)
-    plt.close(fig)
-    return paths + [p]
+    return paths + [_save(fig, d / "stacks-summary.png")]
 
 
 PLOTTERS = {"trace": plot_trace, "web": plot_web, "fairness": plot_fairness,
