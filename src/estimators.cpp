@@ -186,7 +186,7 @@ std::optional<Nanos> UplinkDelayEstimator::on_segment(Nanos now, uint32_t tsval,
     confirmed_ = false;
     last_raw_.reset();
     ++min_rises_;
-    have_min_ = false;
+    last_min_.reset();
   }
   last_sample_ = now;
   have_last_ = true;
@@ -211,7 +211,7 @@ std::optional<Nanos> UplinkDelayEstimator::on_segment(Nanos now, uint32_t tsval,
     g_used_ = g_new;
     tick_version_ = tick_.version();
     ++min_rises_;  // a re-based minimum is not the one a drain confirmed
-    have_min_ = false;
+    last_min_.reset();
   }
 
   const int64_t d = d_of(now, ticks);
@@ -227,13 +227,14 @@ std::optional<Nanos> UplinkDelayEstimator::on_segment(Nanos now, uint32_t tsval,
     // The old minimum aged out and the new one is higher by more than the confirmation
     // tolerance (relative to the lowest minimum since the last counted rise, so that a slow
     // creep counts too; sub-tick jitter of the stored minimum does not).
-    if (!have_min_ || m->value < last_min_) {
-      last_min_ = m->value;
-    } else if (static_cast<double>(m->value - last_min_) > tol) {
-      ++min_rises_;
+    if (last_min_ && m->value >= *last_min_) {
+      if (static_cast<double>(m->value - *last_min_) > tol) {
+        ++min_rises_;
+        last_min_ = m->value;
+      }
+    } else {
       last_min_ = m->value;
     }
-    have_min_ = true;
   }
   last_raw_ = tb;
   if (filter > 0) filter_.update(now, tb, filter);
@@ -258,7 +259,7 @@ void UplinkDelayEstimator::raise_baseline(Nanos now, Nanos by) {
   if (!m) return;
   dmin_.reset_to(now, m->value + by, last_ticks_ - ref_t_);
   ++min_rises_;
-  have_min_ = false;
+  last_min_.reset();
   filter_.clear();
   last_raw_.reset();
   confirmed_at_ = now;

@@ -166,10 +166,13 @@ void UplinkRegulator::enter_fast(const RsfcParams& p) {
   fast_step(p);
 }
 
+double UplinkRegulator::bdp_plus_queue(Nanos rtt, const RsfcParams& p) const {
+  return rho_ * (seconds(rtt) + p.fast_target * seconds(T_));
+}
+
 // Fast-state sizing: one BDP of the round trip the flow really sees plus a small queue.
 void UplinkRegulator::fast_step(const RsfcParams& p) {
-  const double target =
-      std::max(rho_ * (seconds(*rtt_) + p.fast_target * seconds(T_)), min_window());
+  const double target = std::max(bdp_plus_queue(*rtt_, p), min_window());
   if (target < w_) {
     if (target < w_ * 0.9) {
       cut_edge_ = edge_max_;  // in force once everything sent under the old edge is acked
@@ -336,7 +339,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         // upload's ACKs queue behind a download), the window must follow it at once, not by
         // probe steps: one delivered-rate times the current round trip plus the fast state's
         // standing queue, which is what the fast state would leave.
-        w_ = std::max(w_, rho_ * (seconds(rtt_now_) + p.fast_target * seconds(T_)));
+        w_ = std::max(w_, bdp_plus_queue(rtt_now_, p));
         ++probe_streak_;
       } else {
         // Hold: the queue is where it should be. Without timestamps the reading includes a

@@ -353,10 +353,9 @@ class UplinkDelayEstimator {
   Nanos last_sample_ = 0;
   Nanos confirmed_at_ = 0;
   int64_t last_ticks_ = 0;
-  int64_t last_min_ = 0;
+  std::optional<int64_t> last_min_;  // lowest min(d) since the last counted rise
   uint32_t min_rises_ = 0;
   uint32_t min_drops_ = 0;
-  bool have_min_ = false;
   std::optional<Nanos> last_raw_;
   bool has_ref_ = false;
   bool have_last_ = false;

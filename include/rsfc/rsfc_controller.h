@@ -162,6 +162,8 @@ class UplinkRegulator {
   static Nanos horizon(const RsfcParams& p) { return p.min_window_horizon; }
   void enter_fast(const RsfcParams& p);
   void fast_step(const RsfcParams& p);
+  // rho * (rtt + fast_target * T): one bandwidth-delay product plus the fast state's queue.
+  double bdp_plus_queue(Nanos rtt, const RsfcParams& p) const;
   void enter_monitor(Nanos now, const RsfcParams& p);
   void leave_monitor(Nanos now);
   double min_window() const { return 2.0 * mss_; }
