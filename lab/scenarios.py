@@ -320,16 +320,20 @@ def summarize(scenario: Scenario, results: dict[str, dict[str, TestResult]]) -> 
     statics = [p for p in summary if p.startswith("static:")]
     if "rsfc" in summary and statics:
         r = summary["rsfc"]
-        better = {}
-        for key, higher_is_better in (("dl_with_ul_mbps", True), ("ul_with_dl_mbps", True),
-                                      ("rtt_load_p95_ms", False)):
-            vals = [summary[p][key] for p in statics if summary[p][key] is not None]
-            if not vals or r[key] is None:
-                better[key] = None
-                continue
-            best = max(vals) if higher_is_better else min(vals)
+        columns = (("dl_with_ul_mbps", True), ("ul_with_dl_mbps", True),
+                   ("rtt_load_p95_ms", False))
+
+        def no_worse(value, ref, higher_is_better):
             # 3 % (throughput) / 10 ms (RTT) of measurement noise count as a tie.
-            better[key] = (r[key] >= best * 0.97) if higher_is_better else (r[key] <= best + 10)
+            if value is None or ref is None:
+                return None
+            return value >= ref * 0.97 if higher_is_better else value <= ref + 10
+
+        better = {}
+        for key, higher_is_better in columns:
+            vals = [summary[p][key] for p in statics if summary[p][key] is not None]
+            best = (max(vals) if higher_is_better else min(vals)) if vals else None
+            better[key] = no_worse(r[key], best, higher_is_better)
         r["vs_best_static"] = better
         # The best single static clamp: the one that meets the most targets (ties: the
         # higher sum of the download and upload fractions), compared column by column with
@@ -340,16 +344,9 @@ def summarize(scenario: Scenario, results: dict[str, dict[str, TestResult]]) -> 
             fr = (summary[p]["dl_fraction"] or 0) + (summary[p]["ul_fraction"] or 0)
             return (sum(bool(v) for v in t.values()), fr)
         single = max(statics, key=rank)
-        sv = summary[single]
         one = {"static": single}
-        for key, higher_is_better in (("dl_with_ul_mbps", True), ("ul_with_dl_mbps", True),
-                                      ("rtt_load_p95_ms", False)):
-            if sv[key] is None or r[key] is None:
-                one[key] = None
-            elif higher_is_better:
-                one[key] = r[key] >= sv[key] * 0.97
-            else:
-                one[key] = r[key] <= sv[key] + 10
+        for key, higher_is_better in columns:
+            one[key] = no_worse(r[key], summary[single][key], higher_is_better)
         r["vs_best_single_static"] = one
     return summary
 
