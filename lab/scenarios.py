@@ -30,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,8 +120,59 @@ class TestResult:
     ping_samples: list = field(default_factory=list)
     linkem: list = field(default_factory=list)
     tc: dict = field(default_factory=dict)
+    # TBF engine: share of each bottleneck's capacity sent between the warm-up and the end
+    # (all traffic: a download's ACKs take part of the uplink).
+    up_busy: float | None = None
+    down_busy: float | None = None
     daemon_metrics: dict = field(default_factory=dict)
     errors: list = field(default_factory=list)
+
+
+class _BusyMeter:
+    """Bytes each TBF bottleneck sent, read at given seconds after start: how busy the link
+    was in between (TBF engine only; linkem reports its own counters)."""
+
+    def __init__(self, shaping: Shaping, link, engine: str):
+        self.shaping, self.link, self.engine = shaping, link, engine
+        self.t0 = time.monotonic()
+        self.reads: list[tuple[float, int, int]] = []
+        self.timers: list[threading.Timer] = []
+
+    def at(self, t: float) -> None:
+        if self.engine != "tbf":
+            return
+        tm = threading.Timer(max(0.0, t - (time.monotonic() - self.t0)), self._read)
+        tm.daemon = True
+        tm.start()
+        self.timers.append(tm)
+
+    def _read(self) -> None:
+        stats = self.shaping.tc_stats()
+
+        def sent(name: str) -> int | None:
+            for q in stats.get(name, []):
+                if q.get("kind") == "tbf" and q.get("root"):
+                    return int(q.get("bytes", 0))
+            return None
+        up, down = sent("up"), sent("down")
+        if up is not None and down is not None:
+            self.reads.append((time.monotonic(), up, down))
+
+    def cancel(self) -> None:
+        for tm in self.timers:
+            tm.cancel()
+
+    def fractions(self) -> tuple[float | None, float | None]:
+        if len(self.reads) < 2:
+            return None, None
+        (a, u0, d0), (b, u1, d1) = self.reads[0], self.reads[-1]
+        dt = b - a
+        if dt <= 0:
+            return None, None
+
+        def frac(n: int, rate_bps: int) -> float | None:
+            return n * 8 / (rate_bps * dt) if rate_bps else None
+        return frac(u1 - u0, self.link.up.rate_bps), frac(d1 - d0, self.link.down.rate_bps)
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -211,6 +263,9 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
                                                 *cc, "-t", secs, "-i", "1", "-J",
                                                 "--get-server-output"],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            busy = _BusyMeter(shaping, scenario.link, engine)
+            busy.at(warmup)
+            busy.at(duration - 0.5)
             outs = {}
             for key, p in procs.items():
                 try:
@@ -222,6 +277,8 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
                 outs[key] = out
                 if p.returncode != 0:
                     res.errors.append(f"{key}: exit {p.returncode}: {(err or out)[-300:]}")
+            busy.cancel()
+            res.up_busy, res.down_busy = busy.fractions()
             res.linkem = shaping.linkem_stats()
             res.tc = shaping.tc_stats()
             if daemon is not None:
@@ -299,7 +356,13 @@ def summarize(scenario: Scenario, results: dict[str, dict[str, TestResult]]) -> 
             "rtt_load_p95_ms": both.rtt_p95_ms if both else None,
             "ping_load_loss_pct": (100.0 * both.ping_lost / both.ping_sent
                                    if both and both.ping_sent else None),
+            "up_busy_with_dl": both.up_busy if both else None,
         }
+        # The rest of the busy uplink is not the upload: the download's ACKs (and the pings).
+        s["up_other_with_dl"] = None
+        if s["up_busy_with_dl"] is not None and s["ul_with_dl_mbps"] is not None:
+            wire = scenario.link.up.rate_bps * _payload_fraction(scenario.phone_timestamps)
+            s["up_other_with_dl"] = s["up_busy_with_dl"] - s["ul_with_dl_mbps"] * 1e6 / wire
         base_ul = ul_unregulated if ul_unregulated else s["ul_alone_mbps"]
         s["dl_fraction"] = (s["dl_with_ul_mbps"] / s["dl_alone_mbps"]
                             if s["dl_with_ul_mbps"] is not None and s["dl_alone_mbps"] else None)
@@ -372,6 +435,7 @@ def format_table(scenario: Scenario, summary: dict, duration: float, warmup: flo
         ("  p95 added by the upload [ms]",
          lambda s: _fmt(s["added_p95_ms"], digits=0) + (" ok" if s["targets"]["rtt"] else "")),
         ("ping loss under load [%]", lambda s: _fmt(s["ping_load_loss_pct"], digits=1)),
+        ("uplink busy w/ download [%]", _busy_cell),  # (upload + the rest)
     ]
     width0 = max(len(r[0]) for r in rows) + 2
     cols = [max(12, len(p) + 2) for p in policies]
@@ -399,6 +463,21 @@ def format_table(scenario: Scenario, summary: dict, duration: float, warmup: flo
     for p, e in errs:
         lines.append(f"error [{p}]: {e}")
     return "\n".join(lines)
+
+
+def _payload_fraction(timestamps: bool) -> float:
+    # Goodput per byte of TBF capacity for full-size frames (TBF counts the 1514-byte frame).
+    return (1500 - (52 if timestamps else 40)) / 1514
+
+
+def _busy_cell(s) -> str:
+    # "97 (89+8)": busy = the upload's data + the rest (the download's ACKs, the pings).
+    b, o = s.get("up_busy_with_dl"), s.get("up_other_with_dl")
+    if b is None:
+        return "-"
+    if o is None:
+        return f"{100 * b:.1f}"
+    return f"{100 * b:.1f} ({100 * (b - o):.0f}+{100 * o:.0f})"
 
 
 def _pct(frac, ok):

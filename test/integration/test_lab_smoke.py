@@ -38,6 +38,11 @@ def test_3g_smoke_rsfc_cuts_rtt_and_restores_download(prerequisites):
     assert link.base_rtt_ms - 1 <= idle.rtt_p50_ms <= link.base_rtt_ms + 8
     dl_alone = _run("off", "dl")
     assert dl_alone.dl_mbps >= 0.85 * link.down.rate_bps * 1448 / 1514 / 1e6
+    # The link-busy meter (TBF bytes sent after the warm-up) agrees with iperf3: the download
+    # alone is all the downlink carries besides the pings.
+    assert dl_alone.down_busy is not None
+    carried = dl_alone.down_busy * link.down.rate_bps * 1448 / 1514 / 1e6
+    assert abs(carried - dl_alone.dl_mbps) <= 0.05 * dl_alone.dl_mbps, (carried, dl_alone.dl_mbps)
 
     # Unregulated, a concurrent upload bloats the 1 MiB uplink buffer (seconds of RTT) and
     # the download collapses: otherwise the comparison below proves nothing.
@@ -52,3 +57,5 @@ def test_3g_smoke_rsfc_cuts_rtt_and_restores_download(prerequisites):
     # The download comes back, and the upload is not starved.
     assert rsfc.dl_mbps >= 0.7 * dl_alone.dl_mbps
     assert rsfc.ul_mbps >= 0.5 * off.ul_mbps
+    # Under `off` the uplink never idles (its buffer is full).
+    assert off.up_busy is not None and off.up_busy >= 0.97
