@@ -35,7 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import topo as topo_mod  # noqa: E402
-from scenarios import OUT_DIR, SCENARIOS, _fmt, _percentile, policy_config  # noqa: E402
+from scenarios import (OUT_DIR, SCENARIOS, _fmt, _percentile, payload_fraction,  # noqa: E402
+                       policy_config)
 from shaping import UPLINK_QUEUE, Direction, LinkSpec, Shaping, linkem_binary  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -559,13 +560,6 @@ def rtt_stats(res: dict, a: float, b: float) -> dict:
     return {"p50": _percentile(rtts, 0.5), "p95": _percentile(rtts, 0.95),
             "max": max(rtts) if rtts else None, "n": len(rtts),
             "lost": ping.get("lost"), "sent": ping.get("sent")}
-
-
-def payload_fraction(timestamps: bool, engine: str) -> float:
-    """Goodput per byte of link capacity for full-size packets: TBF counts 1514-byte frames,
-    linkem (rate or trace) 1500-byte IP packets."""
-    hdr = 52 if timestamps else 40
-    return (1500 - hdr) / (1514 if engine == "tbf" else 1500)
 
 
 # ---- policies and tables ---------------------------------------------------------------

@@ -361,7 +361,7 @@ def summarize(scenario: Scenario, results: dict[str, dict[str, TestResult]]) -> 
         # The rest of the busy uplink is not the upload: the download's ACKs (and the pings).
         s["up_other_with_dl"] = None
         if s["up_busy_with_dl"] is not None and s["ul_with_dl_mbps"] is not None:
-            wire = scenario.link.up.rate_bps * _payload_fraction(scenario.phone_timestamps)
+            wire = scenario.link.up.rate_bps * payload_fraction(scenario.phone_timestamps, "tbf")
             s["up_other_with_dl"] = s["up_busy_with_dl"] - s["ul_with_dl_mbps"] * 1e6 / wire
         base_ul = ul_unregulated if ul_unregulated else s["ul_alone_mbps"]
         s["dl_fraction"] = (s["dl_with_ul_mbps"] / s["dl_alone_mbps"]
@@ -465,9 +465,11 @@ def format_table(scenario: Scenario, summary: dict, duration: float, warmup: flo
     return "\n".join(lines)
 
 
-def _payload_fraction(timestamps: bool) -> float:
-    # Goodput per byte of TBF capacity for full-size frames (TBF counts the 1514-byte frame).
-    return (1500 - (52 if timestamps else 40)) / 1514
+def payload_fraction(timestamps: bool, engine: str) -> float:
+    """Goodput per byte of link capacity for full-size packets: TBF counts 1514-byte frames,
+    linkem (rate or trace) 1500-byte IP packets."""
+    hdr = 52 if timestamps else 40
+    return (1500 - hdr) / (1514 if engine == "tbf" else 1500)
 
 
 def _busy_cell(s) -> str:

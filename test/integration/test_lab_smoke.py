@@ -41,7 +41,8 @@ def test_3g_smoke_rsfc_cuts_rtt_and_restores_download(prerequisites):
     # The link-busy meter (TBF bytes sent after the warm-up) agrees with iperf3: the download
     # alone is all the downlink carries besides the pings.
     assert dl_alone.down_busy is not None
-    carried = dl_alone.down_busy * link.down.rate_bps * 1448 / 1514 / 1e6
+    fraction = scenarios.payload_fraction(True, "tbf")
+    carried = dl_alone.down_busy * link.down.rate_bps * fraction / 1e6
     assert abs(carried - dl_alone.dl_mbps) <= 0.05 * dl_alone.dl_mbps, (carried, dl_alone.dl_mbps)
 
     # Unregulated, a concurrent upload bloats the 1 MiB uplink buffer (seconds of RTT) and
