@@ -498,6 +498,8 @@ const FieldTable<RsfcParams> kRsfcFields = {
     {"fast_target", real_field(&RsfcParams::fast_target, {0, 2})},
     {"min_refresh_s", duration_field(&RsfcParams::min_refresh, kSecond, {0, 3'600})},
     {"drain_fraction", real_field(&RsfcParams::drain_fraction, {0, 1, true, true})},
+    {"path_check_ms", duration_field(&RsfcParams::path_check, kMilli, {0, 60'000})},
+    {"path_foreign_rate", real_field(&RsfcParams::path_foreign_rate, {0, 1, true, false})},
 };
 
 const FieldTable<DrwaParams> kDrwaFields = {

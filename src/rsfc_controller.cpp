@@ -94,6 +94,8 @@ void UplinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const Rs
   }
   if (s.payload_len == 0 || s.syn()) return;
   last_data_at_ = now;
+  if (!data_seen_ || seq_gt(s.seq + s.payload_len, data_end_)) data_end_ = s.seq + s.payload_len;
+  data_seen_ = true;
   rate_.on_data(now, s.seq, s.payload_len, iv);
   if (ts_) return;
 
@@ -182,11 +184,15 @@ void UplinkRegulator::fast_step(const RsfcParams& p) {
   }
 }
 
-void UplinkRegulator::enter_monitor(Nanos now, const RsfcParams& p) {
+void UplinkRegulator::enter_monitor(Nanos now, const RsfcParams& p, bool scheduled) {
   state_ = RsfcState::kMonitor;
   monitor_since_ = now;
   monitor_steps_ = 0;
   monitor_min_tb_ = -1;
+  path_first_min_ = -1;
+  path_second_min_ = -1;
+  monitor_scheduled_ = scheduled;
+  rho_at_monitor_ = rho_;
   // Until a drain has confirmed min(d), the round trip itself may contain a queue taken for
   // the baseline (a flow that started behind its siblings' queue: its minimum, its round
   // trip and so a rate x RTT drain are all inflated by it): drain to the floor, once.
@@ -199,7 +205,7 @@ void UplinkRegulator::enter_monitor(Nanos now, const RsfcParams& p) {
   cut_edge_ = edge_max_;
 }
 
-void UplinkRegulator::leave_monitor(Nanos now) {
+void UplinkRegulator::leave_monitor(Nanos now, bool evidence) {
   // The drain was a measurement: the window goes back to where it was (the slow state then
   // judges the queue afresh against the confirmed minimum) - unless the drain found a lower
   // minimum: then that window was sized on a round trip with a queue in it, and the slow
@@ -207,7 +213,40 @@ void UplinkRegulator::leave_monitor(Nanos now) {
   // the round trip is measured anew).
   if (delay_.min_drops() == drops_at_monitor_) w_ = std::max(w_, w_before_monitor_);
   state_ = RsfcState::kSlow;
-  evidence_since_ = now;
+  // A drain that neither emptied the buffer nor was scheduled (the siblings kept sending)
+  // says nothing about min(d): the next boundary drains.
+  if (evidence) evidence_since_ = now;
+}
+
+// With timestamps, a drain that did not empty the buffer: a longer path (route change,
+// handover) reads exactly like a standing queue, d = arrival - TSval rising by the extra
+// one-way delay. A scheduled drain can tell them apart: there every regulated flow of the
+// gateway cuts at once, and a queue of its own in front of a flow's packets would (a) drain
+// at the link's rate, so the flow's data would keep arriving at about its rate rho, and (b)
+// shrink. kLonger when, for path_check since the cut took hold, t_buff stayed above T, its
+// floor did not fall (second half's minimum >= first half's - two ticks or kPathTolerance; a
+// queue's bursts only add upward spikes), and the flow delivered less than
+// path_foreign_rate * rho: what its packets wait behind is not theirs. kWait: not long
+// enough yet.
+// Also kLonger: a queue that an unregulated sender (a flow older than the daemon, UDP) keeps
+// full - the flow then competes for that buffer as it would without rsfcd instead of
+// starving, and min(d) falls back as soon as the buffer empties (min_drops). Misread: a
+// capacity drop during the drain to about the rate the drain lets the phone send keeps the
+// flow's own queue flat; the raise then holds until the buffer empties (min_drops) or the
+// raised minimum ages out, and the next scheduled drain sees that queue shrink.
+UplinkRegulator::PathCheck UplinkRegulator::path_check(Nanos now, double T,
+                                                       const RsfcParams& p) const {
+  if (p.path_check <= 0 || !monitor_scheduled_ || path_first_min_ < 0 || monitor_min_tb_ <= T) {
+    return PathCheck::kNo;
+  }
+  const Nanos span = now - path_since_;
+  if (span < p.path_check || path_second_min_ < 0) return PathCheck::kWait;
+  const double tol =
+      std::max(2.0 * delay_.tick().ns_per_tick(), static_cast<double>(kPathTolerance));
+  if (path_second_min_ < path_first_min_ - tol) return PathCheck::kNo;
+  const double delivered = static_cast<double>(static_cast<uint32_t>(data_end_ - path_end_));
+  return delivered < p.path_foreign_rate * rho_at_monitor_ * seconds(span) ? PathCheck::kLonger
+                                                                           : PathCheck::kNo;
 }
 
 // Scheduled drains happen at period boundaries of the gateway's clock (plus the phase the
@@ -324,7 +363,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         return true;
       }
       if (sending && refresh_due(now, prev_step, p)) {
-        enter_monitor(now, p);
+        enter_monitor(now, p, true);
         return true;
       }
       const double prev = w_;
@@ -365,14 +404,14 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
 
     case RsfcState::kFast:
       if (sending && refresh_due(now, prev_step, p)) {
-        enter_monitor(now, p);
+        enter_monitor(now, p, true);
         return true;
       }
       fast_step(p);
       if (tb <= T + slack) {
         state_ = RsfcState::kSlow;
       } else if (cut_in_force()) {
-        if (++fast_steps_in_force_ >= kMonitorAfterSteps) enter_monitor(now, p);
+        if (++fast_steps_in_force_ >= kMonitorAfterSteps) enter_monitor(now, p, false);
       }
       return true;
 
@@ -380,25 +419,53 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
       if (confirmed_at() >= monitor_since_ && has_confirmation()) {
         drain_confirmed_ = true;
         rises_at_drain_ = delay_.min_rises();
-        leave_monitor(now);  // the buffer emptied: min(d) is current
+        leave_monitor(now, true);  // the buffer emptied: min(d) is current
         return true;
       }
+      if (!monitor_scheduled_ && refresh_due(now, prev_step, p)) {
+        // A boundary passed during a drain of this flow's own: it becomes the scheduled one
+        // (the siblings drain from now on), and the path check starts afresh.
+        monitor_scheduled_ = true;
+        path_first_min_ = -1;
+        path_second_min_ = -1;
+        monitor_min_tb_ = -1;
+        monitor_steps_ = 0;
+      }
       if (!cut_in_force()) return true;
+      if (path_first_min_ < 0) {
+        path_since_ = now;
+        path_end_ = data_end_;
+      }
+      double& half = now - path_since_ < p.path_check / 2 ? path_first_min_ : path_second_min_;
+      if (half < 0 || tb < half) half = tb;
       if (monitor_min_tb_ < 0 || tb < monitor_min_tb_) monitor_min_tb_ = tb;
-      if (++monitor_steps_ >= kMonitorSteps) {
+      if (monitor_steps_ < kMonitorSteps) ++monitor_steps_;
+      if (monitor_steps_ >= kMonitorSteps) {
+        const PathCheck path = ts_ ? path_check(now, T, p) : PathCheck::kNo;
+        if (path == PathCheck::kWait) return true;
         // The drain did not empty the buffer. Without timestamps, what is left is not this
         // flow's queue (the phone-side round trip includes the downlink queue): it becomes
-        // the new baseline. With timestamps min(d) is a physical one-way delay: raising it
-        // because siblings sharing the buffer kept it filled would ratchet the queue up, so
-        // it is left to age out over the horizon (a route change costs at most that long).
+        // the new baseline. With timestamps min(d) is a physical one-way delay: it is raised
+        // only when a scheduled drain showed a longer path (path_check); otherwise it is left
+        // to age out over the horizon, because raising it while siblings sharing the buffer
+        // kept it filled would ratchet the queue up.
+        const Nanos by = static_cast<Nanos>(monitor_min_tb_);
         if (!ts_) {
-          const Nanos by = static_cast<Nanos>(monitor_min_tb_);
           phone_half_min_.reset_to(now, ph->value + by);
           lag_filter_.clear();
           lag_confirmed_at_ = now;
           lag_confirmed_ = true;
+        } else if (path == PathCheck::kLonger) {
+          delay_.raise_baseline(now, by);
+          phone_ex_.reset();  // measured against the old minimum: too short by the raise
+          ex_slow_.reset();
         }
-        leave_monitor(now);
+        leave_monitor(now, monitor_scheduled_);
+        if (path == PathCheck::kLonger) {
+          // What was taken for queue is path: the window that carried the flow's rate
+          // before the drain now has to cover the longer round trip too.
+          w_ = std::max(w_, rho_at_monitor_ * seconds(rtt_now_ + by));
+        }
       }
       return true;
     }

@@ -115,6 +115,8 @@ rsfc:
   growth_per_rtt: 1
   initial_window_bytes: 65535
   decision_log: /var/log/rsfcd/decisions.jsonl
+  path_check_ms: 0
+  path_foreign_rate: 0.5
 drwa: { alpha: 0.5, lambda: 2.25 }
 )");
   EXPECT_EQ(c.queues, (std::vector<uint16_t>{3, 1, 2}));
@@ -143,6 +145,8 @@ drwa: { alpha: 0.5, lambda: 2.25 }
   EXPECT_EQ(c.params.rsfc.growth_per_rtt, 1.0);
   EXPECT_EQ(c.params.rsfc.initial_window_bytes, 65535u);
   EXPECT_EQ(c.params.rsfc.decision_log, "/var/log/rsfcd/decisions.jsonl");
+  EXPECT_EQ(c.params.rsfc.path_check, 0);
+  EXPECT_EQ(c.params.rsfc.path_foreign_rate, 0.5);
   EXPECT_EQ(c.params.drwa.alpha, 0.5);
   EXPECT_EQ(c.params.drwa.lambda, 2.25);
 }
@@ -244,6 +248,15 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.growth_per_rtt, dp.rsfc.growth_per_rtt);
   EXPECT_EQ(p.rsfc.initial_window_bytes, dp.rsfc.initial_window_bytes);
   EXPECT_EQ(p.rsfc.decision_log, dp.rsfc.decision_log);
+  EXPECT_EQ(p.rsfc.threshold_ceiling, dp.rsfc.threshold_ceiling);
+  EXPECT_EQ(p.rsfc.rtt_smoothing, dp.rsfc.rtt_smoothing);
+  EXPECT_EQ(p.rsfc.probe_step_queue, dp.rsfc.probe_step_queue);
+  EXPECT_EQ(p.rsfc.probe_below, dp.rsfc.probe_below);
+  EXPECT_EQ(p.rsfc.fast_target, dp.rsfc.fast_target);
+  EXPECT_EQ(p.rsfc.min_refresh, dp.rsfc.min_refresh);
+  EXPECT_EQ(p.rsfc.drain_fraction, dp.rsfc.drain_fraction);
+  EXPECT_EQ(p.rsfc.path_check, dp.rsfc.path_check);
+  EXPECT_EQ(p.rsfc.path_foreign_rate, dp.rsfc.path_foreign_rate);
   EXPECT_EQ(p.drwa.alpha, dp.drwa.alpha);
   EXPECT_EQ(p.drwa.lambda, dp.drwa.lambda);
 }
@@ -352,6 +365,10 @@ const BadCase kBadCases[] = {
     {"uint64_overflow", "flows: { max: 99999999999999999999999 }\n", 1, "flows.max",
      "out of range"},
     {"flows_max_zero", "flows: { max: 0 }\n", 1, "flows.max", "out of range"},
+    {"path_foreign_rate_zero", "rsfc: { path_foreign_rate: 0 }\n", 1, "rsfc.path_foreign_rate",
+     "out of range"},
+    {"path_check_too_long", "rsfc: { path_check_ms: 60001 }\n", 1, "rsfc.path_check_ms",
+     "out of range"},
     {"min_window_too_small", "min_window_bytes: 1071\n", 1, "min_window_bytes",
      "must be between 1072 and 1073725440 (got 1071)"},
     {"min_window_too_big", "min_window_bytes: 1073725441\n", 1, "min_window_bytes", "out of range"},

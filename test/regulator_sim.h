@@ -75,8 +75,12 @@ class Link {
   };
   Link(EventQueue& ev, double rate_bps, uint64_t buffer_bytes, Nanos prop)
       : ev_(ev), rate_bps_(rate_bps), buffer_(buffer_bytes), prop_(prop) {}
+  struct PropStep {
+    Nanos at, prop;  // from `at` on, packets leaving the queue take `prop`
+  };
   std::function<void(const Packet&)> deliver;
   std::vector<Outage> outages;
+  std::vector<PropStep> prop_steps;  // in time order
 
   // False when the buffer refused the packet.
   bool send(const Packet& p) {
@@ -86,7 +90,7 @@ class Link {
       inq_.pop_front();
     }
     if (rate_bps_ <= 0) {
-      ev_.at(now + prop_, [this, p] { deliver(p); });
+      ev_.at(now + prop_at(now), [this, p] { deliver(p); });
       return true;
     }
     if (queued_ + p.size() > buffer_) {
@@ -101,8 +105,15 @@ class Link {
     tail_ = start + tx;
     queued_ += p.size();
     inq_.push_back({tail_, p.size()});
-    ev_.at(tail_ + prop_, [this, p] { deliver(p); });
+    ev_.at(tail_ + prop_at(tail_), [this, p] { deliver(p); });
     return true;
+  }
+  Nanos prop_at(Nanos t) const {
+    Nanos prop = prop_;
+    for (const PropStep& s : prop_steps) {
+      if (s.at <= t) prop = s.prop;
+    }
+    return prop;
   }
   // Time a packet entering now would wait before its transmission starts.
   Nanos queue_delay() const { return std::max<Nanos>(0, tail_ - ev_.now()); }
@@ -467,7 +478,8 @@ struct Scenario {
   RsfcParams rsfc;
   DrwaParams drwa;
   std::vector<Link::Outage> up_outages;
-  std::string trace_path;  // optional CSV of the first upload's controller
+  std::vector<Link::PropStep> p1_steps;  // phone <-> gateway delay changes, both directions
+  std::string trace_path;                // optional CSV of the first upload's controller
 };
 
 struct Result {
@@ -507,6 +519,8 @@ class Simulation {
         to_srv_(ev_, 0, 0, sc.p2),
         from_srv_(ev_, 0, 0, sc.p2) {
     up_.outages = sc.up_outages;
+    up_.prop_steps = sc.p1_steps;
+    down_.prop_steps = sc.p1_steps;
     up_.deliver = [this](const Packet& p) { gw_from_phone(p); };
     to_srv_.deliver = [this](const Packet& p) { server_receive(p); };
     from_srv_.deliver = [this](const Packet& p) { gw_from_server(p); };
@@ -591,6 +605,8 @@ class Simulation {
   const UplinkRegulator& uplink_regulator(int flow) const { return flows_[flow]->rsfc; }
   const DownlinkRegulator& downlink_regulator(int flow) const { return flows_[flow]->drwa; }
   std::map<RsfcState, uint64_t> state_steps;  // control steps per state, all uploads
+  // Called after every control step of an upload's controller (optional).
+  std::function<void(int flow, Nanos now, const UplinkRegulator&)> on_step;
 
  private:
   struct FlowState {
@@ -670,6 +686,7 @@ class Simulation {
         if (d.stepped) {
           ++state_steps[f.rsfc.state()];
           if (trace_) trace(p.flow, f);
+          if (on_step) on_step(p.flow, now, f.rsfc);
         }
       }
       if (sc_.uplink == Policy::kStatic) target = sc_.static_window;

@@ -330,6 +330,30 @@ TEST(RsfcController, MinimumIsKeptWhileTheQueueStands) {
   EXPECT_NE(s.reg().state(), RsfcState::kSlow);
 }
 
+TEST(RsfcController, ScheduledDrainTellsALongerPathFromAQueue) {
+  // The same 150 ms as above, but the phone obeys its window and the delay does not depend on
+  // it (a longer path): at the scheduled drain (5 s) the flow's data stops arriving at its
+  // rate while t_buff stays put, so min(d) is raised, long before the 10 s horizon. (Above,
+  // the phone keeps its rate through the drain: a queue of its own, kept.)
+  PathModel m;
+  m.window_limited = true;
+  Script s(m);
+  s.handshake();
+  s.send(2 * kSecond, kRate, constant(0));
+  s.send(7 * kSecond, kRate, constant(ms(150)));
+  Nanos recognised = 0;
+  for (const Decision& d : s.log()) {
+    if (d.t < ms(2500) || !d.t_buff) continue;
+    if (recognised == 0 && *d.t_buff < ms(20)) recognised = d.t;
+    if (recognised > 0) {
+      EXPECT_LT(*d.t_buff, ms(20)) << d.t;  // the "queue" does not come back
+    }
+  }
+  EXPECT_GT(recognised, 5 * kSecond);  // not before the scheduled drain ...
+  EXPECT_LT(recognised, ms(6800));     // ... and right after its 1 s check
+  EXPECT_EQ(s.reg().state(), RsfcState::kSlow);
+}
+
 TEST(RsfcController, ScheduledDrainConfirmsTheMinimumAndRestoresTheWindow) {
   Script s;
   s.handshake();
@@ -604,6 +628,45 @@ TEST(SimRsfc, LinkOutagesDoNotCollapseTheWindow) {
   const Result r = run(s, "outages, rsfc");
   EXPECT_GE(r.upload_bps, 0.9 * off.upload_bps);
   EXPECT_LT(r.upq_mean_ms, 200);
+}
+
+TEST(SimRsfc, LongerPathIsNotTakenForAQueue) {
+  // At 15 s the path between phone and gateway grows by 100 ms each way (a route change, a
+  // handover to a farther site), with a download running: d = arrival - TSval rises by
+  // 100 ms and reads exactly like a standing queue. Until the old min(d) ages out of the 10 s
+  // horizon the controller would keep cutting the window against a queue that is not there;
+  // the scheduled drain at 20 s must show it the path instead (the queue does not shrink and
+  // the flow's data no longer arrives at its rate).
+  Scenario s = three_g();
+  const Nanos step = 15 * kSecond;
+  s.p1_steps.push_back({step, 110 * kMilli});
+  s.warmup = 18 * kSecond;
+  s.duration = 30 * kSecond;
+  s.uplink = Policy::kStatic;
+  const Result st = run(s, "path +200 ms RTT, static 64K");
+  s.uplink = Policy::kRsfc;
+  sim::Simulation sim(s);
+  Nanos recognised = 0;
+  int after = 0, low_after = 0;
+  sim.on_step = [&](int, Nanos now, const UplinkRegulator& r) {
+    if (now < step + ms(500) || !r.t_buff()) return;
+    const bool low = *r.t_buff() < r.threshold();
+    if (low && recognised == 0) recognised = now;
+    if (recognised > 0) {
+      ++after;
+      low_after += low ? 1 : 0;
+    }
+  };
+  const Result r = sim.run();
+  std::printf("  %-34s %s\n", "path +200 ms RTT, rsfc", r.summary().c_str());
+  std::printf("  t_buff below T from %.2f s, then in %d of %d steps\n",
+              static_cast<double>(recognised) / 1e9, low_after, after);
+  ASSERT_GT(recognised, 0);
+  // The next scheduled drain (20 s) plus the 1 s check, well before the horizon (25 s).
+  EXPECT_LT(recognised, 23 * kSecond);
+  EXPECT_GE(low_after, after * 8 / 10);
+  EXPECT_GE(r.upload_bps, st.upload_bps);
+  EXPECT_LE(r.ping_p95_ms, st.ping_p95_ms + 100);
 }
 
 }  // namespace

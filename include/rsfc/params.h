@@ -43,6 +43,8 @@ struct RsfcParams {
   double fast_target = 0.75;                   // fast state: window = rho * (RTT + this * T)
   Nanos min_refresh = 5 * kSecond;             // period of the scheduled drains (monitor)
   double drain_fraction = 0.75;                // monitor: window = this * rho * RTT
+  Nanos path_check = 1 * kSecond;              // drain: longer path if t_buff holds; 0 = off
+  double path_foreign_rate = 0.8;              // ... and the flow delivers below this * rho
   uint32_t initial_window_bytes = 0;           // startup clamp floor before estimates; 0 = 64 KB
   std::string decision_log;                    // JSON-lines path, empty = off
 };

@@ -71,18 +71,26 @@
 //             W = drain_fraction * rho * RTT (current). If the buffer empties, min(d) is
 //             confirmed; otherwise after kMonitorSteps steps in force: without timestamps
 //             the remaining delay is not ours (downlink queue, route change) and becomes the
-//             new baseline; with timestamps min(d) is a physical one-way delay and is left to
-//             age out over the horizon (re-baselining there would let sibling flows that keep
-//             the buffer filled ratchet the queue up). Then kSlow, with the window from
-//             before the drain (a drain is a measurement, not a decision).
+//             new baseline. With timestamps min(d) is a physical one-way delay: only a
+//             scheduled drain may raise it (every regulated flow cuts at once; after a drain
+//             of (a) siblings may have kept the buffer filled, and raising it there would
+//             ratchet the queue up), and only when the path check (path_check()) shows a
+//             longer path: for 1 s t_buff stays above T without its floor falling while the
+//             flow's data arrives at less than 0.8 rho - a queue of its own would drain at the
+//             link's rate and shrink. Then min(d) += t_buff, and the window covers the pre-
+//             drain rate on the longer round trip. Otherwise min(d) ages out over the
+//             horizon. A boundary that passes during a drain of (a) makes it the scheduled
+//             one; a drain of (a) that did not empty the buffer does not postpone the next
+//             boundary (it is no evidence). Then kSlow, with the window from before the
+//             drain (a drain is a measurement, not a decision).
 //
 // KNOWN LIMITS (simulation, see rsfc_controller_test.cpp): flows of one phone that start
 // together behind each other's initial windows take that queue for their minimum until the
 // first drain (to the floor, at the first min_refresh boundary) empties the buffer; after it
 // each flow's delivered rate (a windowed maximum, taken when siblings were draining) can
-// overstate its share, so four simultaneous uploads keep about 0.15 s of queue (mean; 3.6 s
-// unregulated), two about 0.09 s - not under T - and share unevenly (Jain 0.7-0.97). Per-
-// subscriber state (one rate and one baseline per phone) is what would fix both.
+// overstate its share, so two to six simultaneous uploads keep 0.08-0.16 s of queue (mean;
+// 3.6 s unregulated) - not under T - and may share unevenly (Jain 0.67 with four).
+// Per-subscriber state (one rate and one baseline per phone) is what would fix both.
 // Timestamp-less flows cannot tell their uplink queue from a download's downlink queue; they
 // are regulated, more loosely.
 #pragma once
@@ -108,13 +116,14 @@ struct WindowDecision {
 class UplinkRegulator {
  public:
   static constexpr Nanos kMaxInterval = 1 * kSecond;
-  static constexpr int kTickMultiple = 4;           // auto T >= this * g
-  static constexpr double kRttGain = 0.25;          // EWMA gain per RTT sample
-  static constexpr int kMonitorAfterSteps = 3;      // see kMonitor (a)
-  static constexpr int kMonitorSteps = 2;           // see kMonitor
-  static constexpr Nanos kFineTick = 2 * kMilli;    // see kMonitor (b): drains may be skipped
-  static constexpr double kUnusedFraction = 0.5;    // in flight below this * W: unused
-  static constexpr double kMaxDecayPerStep = 0.25;  // unused-window decay per step
+  static constexpr int kTickMultiple = 4;              // auto T >= this * g
+  static constexpr double kRttGain = 0.25;             // EWMA gain per RTT sample
+  static constexpr int kMonitorAfterSteps = 3;         // see kMonitor (a)
+  static constexpr int kMonitorSteps = 2;              // see kMonitor
+  static constexpr Nanos kFineTick = 2 * kMilli;       // see kMonitor (b): drains may be skipped
+  static constexpr Nanos kPathTolerance = 5 * kMilli;  // path_check(): t_buff flat within this
+  static constexpr double kUnusedFraction = 0.5;       // in flight below this * W: unused
+  static constexpr double kMaxDecayPerStep = 0.25;     // unused-window decay per step
   static constexpr uint32_t kDefaultMss = 1460;
   static constexpr Nanos kMinSlotSpacing = 1 * kMilli;  // echo / lag slots
   static constexpr int kSlotsPerRtt = 6;
@@ -164,8 +173,10 @@ class UplinkRegulator {
   void fast_step(const RsfcParams& p);
   // rho * (rtt + fast_target * T): one bandwidth-delay product plus the fast state's queue.
   double bdp_plus_queue(Nanos rtt, const RsfcParams& p) const;
-  void enter_monitor(Nanos now, const RsfcParams& p);
-  void leave_monitor(Nanos now);
+  void enter_monitor(Nanos now, const RsfcParams& p, bool scheduled);
+  void leave_monitor(Nanos now, bool evidence);
+  enum class PathCheck : uint8_t { kNo, kWait, kLonger };
+  PathCheck path_check(Nanos now, double T, const RsfcParams& p) const;
   double min_window() const { return 2.0 * mss_; }
   bool cut_in_force() const { return !edge_known_ || !ack_known_ || seq_ge(ack_max_, cut_edge_); }
   Nanos confirmed_at() const { return ts_ ? delay_.min_confirmed_at() : lag_confirmed_at_; }
@@ -203,6 +214,15 @@ class UplinkRegulator {
   Nanos T_ = 0;
   double rho_ = 0;
   double monitor_min_tb_ = -1;  // < 0: none yet
+  // Path check (scheduled drains): lowest t_buff in the first and second half of the span
+  // since the cut took hold (< 0: none yet), its start, and data_end_ then.
+  double path_first_min_ = -1;
+  double path_second_min_ = -1;
+  Nanos path_since_ = 0;
+  uint32_t path_end_ = 0;
+  uint32_t data_end_ = 0;  // highest end of the phone's data seen
+  bool data_seen_ = false;
+  double rho_at_monitor_ = 0;  // rho when the drain began
   uint32_t edge_max_ = 0;
   uint32_t ack_max_ = 0;
   uint32_t cut_edge_ = 0;
@@ -222,7 +242,8 @@ class UplinkRegulator {
   bool hs_taken_ = false;
   bool mss_from_syn_ = false;
   bool lag_confirmed_ = false;
-  bool drain_confirmed_ = false;  // a scheduled drain has emptied the buffer once
+  bool drain_confirmed_ = false;    // a scheduled drain has emptied the buffer once
+  bool monitor_scheduled_ = false;  // the current drain is a scheduled one (kMonitor (b))
 };
 
 }  // namespace rsfc
