@@ -500,6 +500,16 @@ const FieldTable<RsfcParams> kRsfcFields = {
     {"drain_fraction", real_field(&RsfcParams::drain_fraction, {0, 1, true, true})},
     {"path_check_ms", duration_field(&RsfcParams::path_check, kMilli, {0, 60'000})},
     {"path_foreign_rate", real_field(&RsfcParams::path_foreign_rate, {0, 1, true, false})},
+    {"path_tolerance_ms", duration_field(&RsfcParams::path_tolerance, kMilli, {0, 1'000})},
+    {"max_interval_ms", duration_field(&RsfcParams::max_interval, kMilli, {1, 60'000})},
+    {"tick_multiple", real_field(&RsfcParams::tick_multiple, {0, 100})},
+    {"rtt_gain", real_field(&RsfcParams::rtt_gain, {0, 1, true, false})},
+    {"monitor_after_steps", uint_field(&RsfcParams::monitor_after_steps, 1, 100)},
+    {"monitor_steps", uint_field(&RsfcParams::monitor_steps, 1, 100)},
+    {"fine_tick_ms", duration_field(&RsfcParams::fine_tick, kMilli, {0, 1'000})},
+    {"unused_fraction", real_field(&RsfcParams::unused_fraction, {0, 1})},
+    {"unused_decay", real_field(&RsfcParams::unused_decay, {0, 1})},
+    {"startup_growth", real_field(&RsfcParams::startup_growth, {1, 100})},
 };
 
 const FieldTable<DrwaParams> kDrwaFields = {

@@ -35,7 +35,7 @@ uint32_t UplinkRegulator::window() const {
 
 Nanos UplinkRegulator::interval(const RsfcParams& p) const {
   const Nanos base = rtt_ ? *rtt_ : rtt_min_ ? *rtt_min_ : 0;
-  const Nanos hi = std::max(kMaxInterval, p.control_interval_floor);
+  const Nanos hi = std::max(p.max_interval, p.control_interval_floor);
   return std::clamp(base, p.control_interval_floor, hi);
 }
 
@@ -79,7 +79,7 @@ void UplinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const Rs
       phone_half_min_.update(now, *ph, horizon(p));
       if (tb) {
         const Nanos ex = std::max<Nanos>(0, *ph - *tb);
-        phone_ex_.add(static_cast<double>(ex), kRttGain);
+        phone_ex_.add(static_cast<double>(ex), p.rtt_gain);
         // Slow, time-based average: the round trip the window is sized on.
         if (!ex_slow_.has()) {
           ex_slow_.add(static_cast<double>(ex), 1.0);
@@ -105,7 +105,7 @@ void UplinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const Rs
     last_phone_side_ = *lag;
     phone_half_min_.update(now, *lag, horizon(p));
     lag_filter_.update(now, *lag, lag_window(p));
-    phone_ex_.add(static_cast<double>(*lag), kRttGain);
+    phone_ex_.add(static_cast<double>(*lag), p.rtt_gain);
     const auto base = phone_half_min_.get(now, horizon(p));
     const Nanos tol = std::max(UplinkDelayEstimator::kConfirmFloor, base ? base->value / 10 : 0);
     if (base && *lag <= base->value + tol) {
@@ -224,7 +224,7 @@ void UplinkRegulator::leave_monitor(Nanos now, bool evidence) {
 // gateway cuts at once, and a queue of its own in front of a flow's packets would (a) drain
 // at the link's rate, so the flow's data would keep arriving at about its rate rho, and (b)
 // shrink. kLonger when, for path_check since the cut took hold, t_buff stayed above T, its
-// floor did not fall (second half's minimum >= first half's - two ticks or kPathTolerance; a
+// floor did not fall (second half's minimum >= first half's - two ticks or path_tolerance; a
 // queue's bursts only add upward spikes), and the flow delivered less than
 // path_foreign_rate * rho: what its packets wait behind is not theirs. kWait: not long
 // enough yet.
@@ -242,7 +242,7 @@ UplinkRegulator::PathCheck UplinkRegulator::path_check(Nanos now, double T,
   const Nanos span = now - path_since_;
   if (span < p.path_check || path_second_min_ < 0) return PathCheck::kWait;
   const double tol =
-      std::max(2.0 * delay_.tick().ns_per_tick(), static_cast<double>(kPathTolerance));
+      std::max(2.0 * delay_.tick().ns_per_tick(), static_cast<double>(p.path_tolerance));
   if (path_second_min_ < path_first_min_ - tol) return PathCheck::kNo;
   const double delivered = static_cast<double>(static_cast<uint32_t>(data_end_ - path_end_));
   return delivered < p.path_foreign_rate * rho_at_monitor_ * seconds(span) ? PathCheck::kLonger
@@ -269,7 +269,7 @@ bool UplinkRegulator::refresh_due(Nanos now, Nanos prev_step, const RsfcParams& 
   // sample within one tick of min(d), too loose to tell an empty buffer from a short queue
   // (in simulation, 4 ms and 3.3 ms ticks let the queue creep to 130-150 ms p95 without the
   // drains).
-  const bool fine_tick = delay_.tick().ns_per_tick() <= static_cast<double>(kFineTick);
+  const bool fine_tick = delay_.tick().ns_per_tick() <= static_cast<double>(p.fine_tick);
   const bool evidence = ts_ && fine_tick && drain_confirmed_ &&
                         delay_.min_rises() == rises_at_drain_ &&
                         now - confirmed_at() <= p.min_refresh;
@@ -278,7 +278,7 @@ bool UplinkRegulator::refresh_due(Nanos now, Nanos prev_step, const RsfcParams& 
 
 uint32_t UplinkRegulator::startup_window(const RsfcParams& p) const {
   const double base = p.initial_window_bytes > 0 ? p.initial_window_bytes : kStartupWindow;
-  const double w = std::max(base, startup_inflight_ * kStartupGrowth);
+  const double w = std::max(base, startup_inflight_ * p.startup_growth);
   return w >= static_cast<double>(kNoClamp - 1) ? kNoClamp - 1 : static_cast<uint32_t>(w);
 }
 
@@ -295,7 +295,8 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
     T_ = *p.threshold;
   } else {
     const Nanos g = static_cast<Nanos>(delay_.tick().ns_per_tick());
-    const Nanos lo = std::max(p.threshold_floor, kTickMultiple * g);
+    const Nanos lo =
+        std::max(p.threshold_floor, static_cast<Nanos>(p.tick_multiple * static_cast<double>(g)));
     const Nanos hi = std::max(p.threshold_ceiling, lo);
     T_ = std::clamp(rtt_min_ ? *rtt_min_ : lo, lo, hi);
   }
@@ -394,7 +395,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         // (the in-flight estimate is rough: rate and round trip both fluctuate).
         const double cap = (1.0 + p.growth_per_rtt) * used + 2.0 * mss;
         if (w_ > cap) w_ = std::max(cap, prev);
-        if (cap < kUnusedFraction * prev) w_ = std::max(cap, prev * (1.0 - kMaxDecayPerStep));
+        if (cap < p.unused_fraction * prev) w_ = std::max(cap, prev * (1.0 - p.unused_decay));
       } else {
         w_ = prev;  // no data: no evidence either way
       }
@@ -411,7 +412,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
       if (tb <= T + slack) {
         state_ = RsfcState::kSlow;
       } else if (cut_in_force()) {
-        if (++fast_steps_in_force_ >= kMonitorAfterSteps) enter_monitor(now, p, false);
+        if (++fast_steps_in_force_ >= p.monitor_after_steps) enter_monitor(now, p, false);
       }
       return true;
 
@@ -439,8 +440,8 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
       double& half = now - path_since_ < p.path_check / 2 ? path_first_min_ : path_second_min_;
       if (half < 0 || tb < half) half = tb;
       if (monitor_min_tb_ < 0 || tb < monitor_min_tb_) monitor_min_tb_ = tb;
-      if (monitor_steps_ < kMonitorSteps) ++monitor_steps_;
-      if (monitor_steps_ >= kMonitorSteps) {
+      if (monitor_steps_ < p.monitor_steps) ++monitor_steps_;
+      if (monitor_steps_ >= p.monitor_steps) {
         const PathCheck path = ts_ ? path_check(now, T, p) : PathCheck::kNo;
         if (path == PathCheck::kWait) return true;
         // The drain did not empty the buffer. Without timestamps, what is left is not this

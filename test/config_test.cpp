@@ -117,6 +117,16 @@ rsfc:
   decision_log: /var/log/rsfcd/decisions.jsonl
   path_check_ms: 0
   path_foreign_rate: 0.5
+  path_tolerance_ms: 2.5
+  max_interval_ms: 500
+  tick_multiple: 2
+  rtt_gain: 1
+  monitor_after_steps: 5
+  monitor_steps: 4
+  fine_tick_ms: 1
+  unused_fraction: 0
+  unused_decay: 1
+  startup_growth: 1.5
 drwa: { alpha: 0.5, lambda: 2.25 }
 )");
   EXPECT_EQ(c.queues, (std::vector<uint16_t>{3, 1, 2}));
@@ -147,6 +157,16 @@ drwa: { alpha: 0.5, lambda: 2.25 }
   EXPECT_EQ(c.params.rsfc.decision_log, "/var/log/rsfcd/decisions.jsonl");
   EXPECT_EQ(c.params.rsfc.path_check, 0);
   EXPECT_EQ(c.params.rsfc.path_foreign_rate, 0.5);
+  EXPECT_EQ(c.params.rsfc.path_tolerance, 2'500 * kMicro);
+  EXPECT_EQ(c.params.rsfc.max_interval, 500 * kMilli);
+  EXPECT_EQ(c.params.rsfc.tick_multiple, 2.0);
+  EXPECT_EQ(c.params.rsfc.rtt_gain, 1.0);
+  EXPECT_EQ(c.params.rsfc.monitor_after_steps, 5u);
+  EXPECT_EQ(c.params.rsfc.monitor_steps, 4u);
+  EXPECT_EQ(c.params.rsfc.fine_tick, 1 * kMilli);
+  EXPECT_EQ(c.params.rsfc.unused_fraction, 0.0);
+  EXPECT_EQ(c.params.rsfc.unused_decay, 1.0);
+  EXPECT_EQ(c.params.rsfc.startup_growth, 1.5);
   EXPECT_EQ(c.params.drwa.alpha, 0.5);
   EXPECT_EQ(c.params.drwa.lambda, 2.25);
 }
@@ -257,6 +277,16 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.drain_fraction, dp.rsfc.drain_fraction);
   EXPECT_EQ(p.rsfc.path_check, dp.rsfc.path_check);
   EXPECT_EQ(p.rsfc.path_foreign_rate, dp.rsfc.path_foreign_rate);
+  EXPECT_EQ(p.rsfc.path_tolerance, dp.rsfc.path_tolerance);
+  EXPECT_EQ(p.rsfc.max_interval, dp.rsfc.max_interval);
+  EXPECT_EQ(p.rsfc.tick_multiple, dp.rsfc.tick_multiple);
+  EXPECT_EQ(p.rsfc.rtt_gain, dp.rsfc.rtt_gain);
+  EXPECT_EQ(p.rsfc.monitor_after_steps, dp.rsfc.monitor_after_steps);
+  EXPECT_EQ(p.rsfc.monitor_steps, dp.rsfc.monitor_steps);
+  EXPECT_EQ(p.rsfc.fine_tick, dp.rsfc.fine_tick);
+  EXPECT_EQ(p.rsfc.unused_fraction, dp.rsfc.unused_fraction);
+  EXPECT_EQ(p.rsfc.unused_decay, dp.rsfc.unused_decay);
+  EXPECT_EQ(p.rsfc.startup_growth, dp.rsfc.startup_growth);
   EXPECT_EQ(p.drwa.alpha, dp.drwa.alpha);
   EXPECT_EQ(p.drwa.lambda, dp.drwa.lambda);
 }
@@ -368,6 +398,10 @@ const BadCase kBadCases[] = {
     {"path_foreign_rate_zero", "rsfc: { path_foreign_rate: 0 }\n", 1, "rsfc.path_foreign_rate",
      "out of range"},
     {"path_check_too_long", "rsfc: { path_check_ms: 60001 }\n", 1, "rsfc.path_check_ms",
+     "out of range"},
+    {"monitor_steps_zero", "rsfc: { monitor_steps: 0 }\n", 1, "rsfc.monitor_steps", "out of range"},
+    {"rtt_gain_zero", "rsfc: { rtt_gain: 0 }\n", 1, "rsfc.rtt_gain", "out of range"},
+    {"startup_growth_below_one", "rsfc: { startup_growth: 0.5 }\n", 1, "rsfc.startup_growth",
      "out of range"},
     {"min_window_too_small", "min_window_bytes: 1071\n", 1, "min_window_bytes",
      "must be between 1072 and 1073725440 (got 1071)"},

@@ -45,6 +45,16 @@ struct RsfcParams {
   double drain_fraction = 0.75;                // monitor: window = this * rho * RTT
   Nanos path_check = 1 * kSecond;              // drain: longer path if t_buff holds; 0 = off
   double path_foreign_rate = 0.8;              // ... and the flow delivers below this * rho
+  Nanos path_tolerance = 5 * kMilli;           // ... and its floor stays within this (or 2 g)
+  Nanos max_interval = 1 * kSecond;            // control steps at least this often
+  double tick_multiple = 4;                    // auto T >= this * g
+  double rtt_gain = 0.25;                      // EWMA gain per round-trip sample
+  uint32_t monitor_after_steps = 3;            // fast: drain after this many steps in force
+  uint32_t monitor_steps = 2;                  // drain: this many steps in force
+  Nanos fine_tick = 2 * kMilli;                // drains may be skipped with a tick <= this
+  double unused_fraction = 0.5;                // in flight below this * W: window unused ...
+  double unused_decay = 0.25;                  // ... and shrinks by this per step
+  double startup_growth = 2.0;                 // startup clamp >= this * in-flight
   uint32_t initial_window_bytes = 0;           // startup clamp floor before estimates; 0 = 64 KB
   std::string decision_log;                    // JSON-lines path, empty = off
 };

@@ -25,7 +25,7 @@
 //            t_buff, plus the minimum server half. This contains the downlink queueing a
 //            concurrent download causes (the upload's ACKs wait in it): sizing on RTT_min
 //            instead starves the upload (DESIGN.md "quick prototype"). Two versions: the
-//            current one (EWMA, gain kRttGain per sample) and the one the window is sized on
+//            current one (EWMA, gain rtt_gain per sample) and the one the window is sized on
 //            (averaged over rtt_smoothing). Their difference is "slack": while the current
 //            round trip is below the average (a download's queue breathing), the upload may
 //            keep that much more in its own buffer - it fills the gap without raising the
@@ -34,10 +34,10 @@
 //            server half, no slack.
 //   RTT_min  windowed minimum of both halves (handshake + echoes).
 //
-// CONTROL LAW, one step per interval I = clamp(RTT, control_interval_floor, 1 s):
+// CONTROL LAW, one step per interval I = clamp(RTT, control_interval_floor, max_interval):
 //   T = threshold or auto, T_low = probe_below * T.
 //   kStartup  until t_buff, rho and RTT exist: a slow-start-shaped clamp, max(initial_window
-//             _bytes or kStartupWindow, kStartupGrowth * in-flight): it never holds back a
+//             _bytes or 64 KB, startup_growth * in-flight): it never holds back a
 //             sender in slow start, but keeps the advertised right edge (which can never be
 //             pulled back) close enough that the first real clamp takes effect within a round
 //             trip, not after megabytes of autotuned server window are used up. Then the
@@ -55,21 +55,21 @@
 //             timestamps it still does: their reading includes a download's downlink queue.
 //             In both, W never grows beyond (1 + growth_per_rtt) * in-flight + 2 MSS, with
 //             in-flight = rho * (current RTT + t_buff): never grow a window the phone does not
-//             use; below kUnusedFraction * W it decays by kMaxDecayPerStep per step.
+//             use; below unused_fraction * W it decays by unused_decay per step.
 //   kFast     t_buff > T: W = rho * (RTT + fast_target * T): one bandwidth-delay product of
 //             the round trip the flow really sees plus a small standing queue. Only lowers W.
 //   kMonitor  (a) the clamp has been in force (the server acknowledged everything sent under
-//             the old right edge) for kMonitorAfterSteps steps and t_buff is still > T, or
+//             the old right edge) for monitor_after_steps steps and t_buff is still > T, or
 //             (b) at each period boundary of min_refresh on the gateway clock (+ drain
 //             phase): a standing queue slowly becomes part of min(d) as the old minimum
 //             ages out, and a flow that started behind its siblings' queue took it for its
 //             minimum; all flows of a phone drain together and see the empty buffer. After
 //             the first drain has confirmed min(d), a boundary is skipped when the buffer
 //             emptied on its own within the last period (a sample at the same, unrisen
-//             minimum; timestamps with a tick <= kFineTick only): a drain costs the upload
+//             minimum; timestamps with a tick <= fine_tick only): a drain costs the upload
 //             throughput, most when a download's queue swings its round trip. Drain:
 //             W = drain_fraction * rho * RTT (current). If the buffer empties, min(d) is
-//             confirmed; otherwise after kMonitorSteps steps in force: without timestamps
+//             confirmed; otherwise after monitor_steps steps in force: without timestamps
 //             the remaining delay is not ours (downlink queue, route change) and becomes the
 //             new baseline. With timestamps min(d) is a physical one-way delay: only a
 //             scheduled drain may raise it (every regulated flow cuts at once; after a drain
@@ -115,20 +115,11 @@ struct WindowDecision {
 
 class UplinkRegulator {
  public:
-  static constexpr Nanos kMaxInterval = 1 * kSecond;
-  static constexpr int kTickMultiple = 4;              // auto T >= this * g
-  static constexpr double kRttGain = 0.25;             // EWMA gain per RTT sample
-  static constexpr int kMonitorAfterSteps = 3;         // see kMonitor (a)
-  static constexpr int kMonitorSteps = 2;              // see kMonitor
-  static constexpr Nanos kFineTick = 2 * kMilli;       // see kMonitor (b): drains may be skipped
-  static constexpr Nanos kPathTolerance = 5 * kMilli;  // path_check(): t_buff flat within this
-  static constexpr double kUnusedFraction = 0.5;       // in flight below this * W: unused
-  static constexpr double kMaxDecayPerStep = 0.25;     // unused-window decay per step
+  // The tunables of the law are RsfcParams (conf/rsfcd.yaml, rsfc.*); these are not.
   static constexpr uint32_t kDefaultMss = 1460;
   static constexpr Nanos kMinSlotSpacing = 1 * kMilli;  // echo / lag slots
   static constexpr int kSlotsPerRtt = 6;
-  static constexpr double kStartupWindow = 65535;  // startup clamp at least (bytes) ...
-  static constexpr double kStartupGrowth = 2.0;    // ... and this * the phone's in-flight
+  static constexpr double kStartupWindow = 65535;  // initial_window_bytes 0 means this
 
   void on_uplink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
   void on_downlink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
