@@ -94,8 +94,6 @@ void UplinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const Rs
   }
   if (s.payload_len == 0 || s.syn()) return;
   last_data_at_ = now;
-  if (!data_seen_ || seq_gt(s.seq + s.payload_len, data_end_)) data_end_ = s.seq + s.payload_len;
-  data_seen_ = true;
   rate_.on_data(now, s.seq, s.payload_len, iv);
   if (ts_) return;
 
@@ -244,7 +242,8 @@ UplinkRegulator::PathCheck UplinkRegulator::path_check(Nanos now, double T,
   const double tol =
       std::max(2.0 * delay_.tick().ns_per_tick(), static_cast<double>(p.path_tolerance));
   if (path_second_min_ < path_first_min_ - tol) return PathCheck::kNo;
-  const double delivered = static_cast<double>(static_cast<uint32_t>(data_end_ - path_end_));
+  const double delivered =
+      static_cast<double>(static_cast<uint32_t>(rate_.highest_end() - path_end_));
   return delivered < p.path_foreign_rate * rho_at_monitor_ * seconds(span) ? PathCheck::kLonger
                                                                            : PathCheck::kNo;
 }
@@ -435,7 +434,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
       if (!cut_in_force()) return true;
       if (path_first_min_ < 0) {
         path_since_ = now;
-        path_end_ = data_end_;
+        path_end_ = rate_.highest_end();
       }
       double& half = now - path_since_ < p.path_check / 2 ? path_first_min_ : path_second_min_;
       if (half < 0 || tb < half) half = tb;

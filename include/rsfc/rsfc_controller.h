@@ -206,13 +206,11 @@ class UplinkRegulator {
   double rho_ = 0;
   double monitor_min_tb_ = -1;  // < 0: none yet
   // Path check (scheduled drains): lowest t_buff in the first and second half of the span
-  // since the cut took hold (< 0: none yet), its start, and data_end_ then.
+  // since the cut took hold (< 0: none yet), its start, and the highest data end then.
   double path_first_min_ = -1;
   double path_second_min_ = -1;
   Nanos path_since_ = 0;
   uint32_t path_end_ = 0;
-  uint32_t data_end_ = 0;  // highest end of the phone's data seen
-  bool data_seen_ = false;
   double rho_at_monitor_ = 0;  // rho when the drain began
   uint32_t edge_max_ = 0;
   uint32_t ack_max_ = 0;
