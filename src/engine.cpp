@@ -16,9 +16,10 @@ struct FlowRegulators {
   UplinkRegulator up;
   DownlinkRegulator down;
   RsfcState counted_state = RsfcState::kStartup;
-  bool in_state_gauge = false;  // counted in rsfc_flows_in_state[counted_state]
-  bool counted_no_ts = false;   // counted in flows_no_timestamps
-  bool counted_tick = false;    // counted in rsfc_tick_estimates
+  bool in_state_gauge = false;            // counted in rsfc_flows_in_state[counted_state]
+  bool counted_no_ts = false;             // counted in flows_no_timestamps
+  bool counted_tick = false;              // counted in rsfc_tick_estimates
+  uint32_t counted_path_rebaselines = 0;  // of up.path_rebaselines(), in the counter
 };
 
 const char* to_string(Policy p) {
@@ -336,6 +337,10 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now) {
       Counter& c = counters_.rsfc_flows_in_state[static_cast<size_t>(u.state())];
       c.set(c.get() + 1);
       r.in_state_gauge = true;
+    }
+    if (u.path_rebaselines() != r.counted_path_rebaselines) {
+      counters_.rsfc_path_rebaselines.add(u.path_rebaselines() - r.counted_path_rebaselines);
+      r.counted_path_rebaselines = u.path_rebaselines();
     }
     if (!r.counted_tick && u.tick_estimated()) {
       r.counted_tick = true;

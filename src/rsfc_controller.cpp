@@ -457,6 +457,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
           lag_confirmed_ = true;
         } else if (path == PathCheck::kLonger) {
           delay_.raise_baseline(now, by);
+          ++path_rebaselines_;
           phone_ex_.reset();  // measured against the old minimum: too short by the raise
           ex_slow_.reset();
         }

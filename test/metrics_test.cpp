@@ -102,6 +102,7 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
   io3.kernel_queue_dropped.set(13);
   io3.verdicts_with_payload.add(6);
   core3.rsfc_flows_in_state[2].set(5);
+  core3.rsfc_path_rebaselines.add(2);
   const std::string t = render();
 
   const std::string not_tcp = to_string(ParseError::kNotTcp);
@@ -124,6 +125,7 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
            "rsfcd_queue_verdicts_with_payload_total{queue=\"3\"} 6",
            "rsfcd_rsfc_flows{queue=\"3\",state=\"fast\"} 5",
            "rsfcd_rsfc_flows{queue=\"3\",state=\"startup\"} 0",
+           "rsfcd_rsfc_path_rebaselines_total{queue=\"3\"} 2",
            "# TYPE rsfcd_packets_total counter",
            "# TYPE rsfcd_flows_active gauge",
            "# TYPE rsfcd_packet_processing_seconds histogram",

@@ -328,6 +328,7 @@ TEST(RsfcController, MinimumIsKeptWhileTheQueueStands) {
   }
   EXPECT_GT(checked, 20);
   EXPECT_NE(s.reg().state(), RsfcState::kSlow);
+  EXPECT_EQ(s.reg().path_rebaselines(), 0u);
 }
 
 TEST(RsfcController, ScheduledDrainTellsALongerPathFromAQueue) {
@@ -352,6 +353,7 @@ TEST(RsfcController, ScheduledDrainTellsALongerPathFromAQueue) {
   EXPECT_GT(recognised, 5 * kSecond);  // not before the scheduled drain ...
   EXPECT_LT(recognised, ms(6800));     // ... and right after its 1 s check
   EXPECT_EQ(s.reg().state(), RsfcState::kSlow);
+  EXPECT_EQ(s.reg().path_rebaselines(), 1u);
 }
 
 TEST(RsfcController, ScheduledDrainConfirmsTheMinimumAndRestoresTheWindow) {

@@ -149,6 +149,7 @@ class UplinkRegulator {
   // startup clamp).
   uint32_t window() const;
   uint32_t mss() const { return mss_; }
+  uint32_t path_rebaselines() const { return path_rebaselines_; }  // see path_check()
   const UplinkDelayEstimator& delay() const { return delay_; }
   const DeliveredRate& delivered() const { return rate_; }
 
@@ -211,6 +212,7 @@ class UplinkRegulator {
   double path_second_min_ = -1;
   Nanos path_since_ = 0;
   uint32_t path_end_ = 0;
+  uint32_t path_rebaselines_ = 0;
   double rho_at_monitor_ = 0;  // rho when the drain began
   uint32_t edge_max_ = 0;
   uint32_t ack_max_ = 0;
