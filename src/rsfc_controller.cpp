@@ -219,7 +219,7 @@ void UplinkRegulator::leave_monitor(Nanos now, bool evidence) {
 // With timestamps, a drain that did not empty the buffer: a longer path (route change,
 // handover) reads exactly like a standing queue, d = arrival - TSval rising by the extra
 // one-way delay. A scheduled drain can tell them apart: there every regulated flow of the
-// gateway cuts at once, and a queue of its own in front of a flow's packets would (a) drain
+// gateway that has not seen the buffer empty within the period cuts at once, and a queue of its own in front of a flow's packets would (a) drain
 // at the link's rate, so the flow's data would keep arriving at about its rate rho, and (b)
 // shrink. kLonger when, for path_check since the cut took hold, t_buff stayed above T, its
 // floor did not fall (second half's minimum >= first half's - two ticks or path_tolerance; a
@@ -237,6 +237,11 @@ UplinkRegulator::PathCheck UplinkRegulator::path_check(Nanos now, double T,
   if (p.path_check <= 0 || !monitor_scheduled_ || path_first_min_ < 0 || monitor_min_tb_ <= T) {
     return PathCheck::kNo;
   }
+  // A longer path is a change from a baseline this flow has seen confirmed (a drain emptied
+  // the buffer once), and it leaves no empty moment: a flow that saw the buffer empty
+  // within the last period, or never, may be looking at a sibling's queue (a new flow behind
+  // one that skipped this boundary because its buffer had just emptied).
+  if (!drain_confirmed_ || now - confirmed_at() < p.min_refresh) return PathCheck::kNo;
   const Nanos span = now - path_since_;
   if (span < p.path_check || path_second_min_ < 0) return PathCheck::kWait;
   const double tol =

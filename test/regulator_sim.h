@@ -468,7 +468,8 @@ struct Scenario {
   bool phone_timestamps = true;
   int uploads = 1;
   int downloads = 1;
-  Nanos upload_start = 0;  // relative to the downloads (which start at 0)
+  Nanos upload_start = 0;    // relative to the downloads (which start at 0)
+  Nanos upload_stagger = 0;  // upload i starts i * this later
   Nanos duration = 40 * kSecond;
   Nanos warmup = 10 * kSecond;  // measurements from here on
   Policy uplink = Policy::kOff;
@@ -561,7 +562,7 @@ class Simulation {
         from_srv_.send(p);
       };
       flows_.push_back(std::move(f));
-      const Nanos start = (upload ? sc_.upload_start : 0) + i * 3 * kMilli;
+      const Nanos start = (upload ? sc_.upload_start + i * sc_.upload_stagger : 0) + i * 3 * kMilli;
       ev_.at(start, [this, id] { flows_[id]->phone->connect_as_client(); });
     }
     schedule_ping(50 * kMilli);

@@ -333,25 +333,28 @@ TEST(RsfcController, MinimumIsKeptWhileTheQueueStands) {
 
 TEST(RsfcController, ScheduledDrainTellsALongerPathFromAQueue) {
   // The same 150 ms as above, but the phone obeys its window and the delay does not depend on
-  // it (a longer path): at the scheduled drain (5 s) the flow's data stops arriving at its
-  // rate while t_buff stays put, so min(d) is raised, long before the 10 s horizon. (Above,
-  // the phone keeps its rate through the drain: a queue of its own, kept.)
+  // it (a longer path). The drain at 5 s confirms the empty buffer; the 150 ms appear at 6 s.
+  // The boundary at 10 s is skipped (the buffer was seen empty within the period); at 15 s
+  // the flow drains, its data stops arriving at its rate while t_buff stays put, and min(d)
+  // is raised, long before the 30 s horizon would age the old one out. (Above, the phone
+  // keeps its rate through the drain: a queue of its own, kept.)
   PathModel m;
   m.window_limited = true;
   Script s(m);
+  s.params().min_window_horizon = 30 * kSecond;
   s.handshake();
-  s.send(2 * kSecond, kRate, constant(0));
-  s.send(7 * kSecond, kRate, constant(ms(150)));
+  s.send(6 * kSecond, kRate, constant(0));
+  s.send(12 * kSecond, kRate, constant(ms(150)));
   Nanos recognised = 0;
   for (const Decision& d : s.log()) {
-    if (d.t < ms(2500) || !d.t_buff) continue;
+    if (d.t < ms(6500) || !d.t_buff) continue;
     if (recognised == 0 && *d.t_buff < ms(20)) recognised = d.t;
     if (recognised > 0) {
       EXPECT_LT(*d.t_buff, ms(20)) << d.t;  // the "queue" does not come back
     }
   }
-  EXPECT_GT(recognised, 5 * kSecond);  // not before the scheduled drain ...
-  EXPECT_LT(recognised, ms(6800));     // ... and right after its 1 s check
+  EXPECT_GT(recognised, 15 * kSecond);  // not before the boundary ...
+  EXPECT_LT(recognised, ms(16800));     // ... and right after its 1 s check
   EXPECT_EQ(s.reg().state(), RsfcState::kSlow);
   EXPECT_EQ(s.reg().path_rebaselines(), 1u);
 }
@@ -615,6 +618,26 @@ TEST(SimRsfc, FourUploadsShareTheBuffer) {
   EXPECT_LT(r.upq_p95_ms, 250);
   EXPECT_LT(r.upq_mean_ms, 180);
   EXPECT_EQ(r.up_drops, 0u);
+}
+
+TEST(SimRsfc, ALateSiblingDoesNotTakeTheQueueForAPath) {
+  // A second upload joins 3 s after the first, behind its queue. Its first drain is its own
+  // (the first flow may skip that boundary: its buffer emptied within the period), so the
+  // queue it sees stays put while its own data stops: that must not count as a longer path.
+  for (Nanos stagger : {3 * kSecond, ms(3500), 4 * kSecond}) {
+    Scenario s = three_g();
+    s.downloads = 0;
+    s.uploads = 2;
+    s.upload_stagger = stagger;
+    s.uplink = Policy::kRsfc;
+    sim::Simulation sim(s);
+    const Result r = sim.run();
+    std::printf("  2 uploads, +%.1f s: %s\n", static_cast<double>(stagger) / 1e9,
+                r.summary().c_str());
+    EXPECT_EQ(sim.uplink_regulator(0).path_rebaselines(), 0u);
+    EXPECT_EQ(sim.uplink_regulator(1).path_rebaselines(), 0u);
+    EXPECT_LT(r.upq_mean_ms, 200);
+  }
 }
 
 TEST(SimRsfc, LinkOutagesDoNotCollapseTheWindow) {
