@@ -219,13 +219,13 @@ void UplinkRegulator::leave_monitor(Nanos now, bool evidence) {
 // With timestamps, a drain that did not empty the buffer: a longer path (route change,
 // handover) reads exactly like a standing queue, d = arrival - TSval rising by the extra
 // one-way delay. A scheduled drain can tell them apart: there every regulated flow of the
-// gateway that has not seen the buffer empty within the period cuts at once, and a queue of its own in front of a flow's packets would (a) drain
-// at the link's rate, so the flow's data would keep arriving at about its rate rho, and (b)
-// shrink. kLonger when, for path_check since the cut took hold, t_buff stayed above T, its
-// floor did not fall (second half's minimum >= first half's - two ticks or path_tolerance; a
-// queue's bursts only add upward spikes), and the flow delivered less than
-// path_foreign_rate * rho: what its packets wait behind is not theirs. kWait: not long
-// enough yet.
+// gateway that has not seen the buffer empty within the period cuts at once, and a queue of
+// its own in front of a flow's packets would (a) drain at the link's rate, so the flow's
+// data would keep arriving at about its rate rho, and (b) shrink. kLonger when, for
+// path_check since the cut took hold, t_buff stayed above T, its floor did not fall (second
+// half's minimum >= first half's - two ticks or path_tolerance; a queue's bursts only add
+// upward spikes), and the flow delivered less than path_foreign_rate * rho: what its packets
+// wait behind is not theirs. kWait: not long enough yet.
 // Also kLonger: a queue that an unregulated sender (a flow older than the daemon, UDP) keeps
 // full - the flow then competes for that buffer as it would without rsfcd instead of
 // starving, and min(d) falls back as soon as the buffer empties (min_drops). Misread: a

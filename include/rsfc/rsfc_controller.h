@@ -75,14 +75,16 @@
 //             scheduled drain may raise it (every regulated flow cuts at once; after a drain
 //             of (a) siblings may have kept the buffer filled, and raising it there would
 //             ratchet the queue up), and only when the path check (path_check()) shows a
-//             longer path: for 1 s t_buff stays above T without its floor falling while the
-//             flow's data arrives at less than 0.8 rho - a queue of its own would drain at the
-//             link's rate and shrink. Then min(d) += t_buff, and the window covers the pre-
-//             drain rate on the longer round trip. Otherwise min(d) ages out over the
-//             horizon. A boundary that passes during a drain of (a) makes it the scheduled
-//             one; a drain of (a) that did not empty the buffer does not postpone the next
-//             boundary (it is no evidence). Then kSlow, with the window from before the
-//             drain (a drain is a measurement, not a decision).
+//             longer path: the flow has seen its minimum confirmed once and no empty buffer
+//             for a full period, and for path_check (1 s) t_buff stays above T without its
+//             floor falling while the flow's data arrives at less than path_foreign_rate
+//             (0.8) rho - a queue of its own would drain at the link's rate and shrink. Then
+//             min(d) += t_buff, and the window covers the pre-drain rate on the longer round
+//             trip (rsfcd_rsfc_path_rebaselines_total counts these). Otherwise min(d) ages
+//             out over the horizon. A boundary that passes during a drain of (a) makes it
+//             the scheduled one; a drain of (a) that did not empty the buffer does not
+//             postpone the next boundary (it is no evidence). Then kSlow, with the window
+//             from before the drain (a drain is a measurement, not a decision).
 //
 // KNOWN LIMITS (simulation, see rsfc_controller_test.cpp): flows of one phone that start
 // together behind each other's initial windows take that queue for their minimum until the
