@@ -2,8 +2,8 @@
 
 #include <pthread.h>
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <sys/random.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>

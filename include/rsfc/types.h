@@ -55,9 +55,17 @@ struct Prefix {
 };
 
 // Sequence-space arithmetic (RFC 793 / RFC 1982): a is before b.
-constexpr bool seq_lt(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
-constexpr bool seq_le(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) <= 0; }
-constexpr bool seq_gt(uint32_t a, uint32_t b) { return seq_lt(b, a); }
-constexpr bool seq_ge(uint32_t a, uint32_t b) { return seq_le(b, a); }
+constexpr bool seq_lt(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) < 0;
+}
+constexpr bool seq_le(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) <= 0;
+}
+constexpr bool seq_gt(uint32_t a, uint32_t b) {
+  return seq_lt(b, a);
+}
+constexpr bool seq_ge(uint32_t a, uint32_t b) {
+  return seq_le(b, a);
+}
 
 }  // namespace rsfc
