@@ -182,13 +182,22 @@ void UplinkRegulator::fast_step(const RsfcParams& p) {
   }
 }
 
+void UplinkRegulator::restart_drain_measurement() {
+  monitor_steps_ = 0;
+  path_first_min_ = -1;
+  path_second_min_ = -1;
+}
+
+double UplinkRegulator::monitor_min_tb() const {
+  if (path_first_min_ < 0) return path_second_min_;
+  if (path_second_min_ < 0) return path_first_min_;
+  return std::min(path_first_min_, path_second_min_);
+}
+
 void UplinkRegulator::enter_monitor(Nanos now, const RsfcParams& p, bool scheduled) {
   state_ = RsfcState::kMonitor;
   monitor_since_ = now;
-  monitor_steps_ = 0;
-  monitor_min_tb_ = -1;
-  path_first_min_ = -1;
-  path_second_min_ = -1;
+  restart_drain_measurement();
   monitor_scheduled_ = scheduled;
   rho_at_monitor_ = rho_;
   // Until a drain has confirmed min(d), the round trip itself may contain a queue taken for
@@ -234,7 +243,7 @@ void UplinkRegulator::leave_monitor(Nanos now, bool evidence) {
 // raised minimum ages out, and the next scheduled drain sees that queue shrink.
 UplinkRegulator::PathCheck UplinkRegulator::path_check(Nanos now, double T,
                                                        const RsfcParams& p) const {
-  if (p.path_check <= 0 || !monitor_scheduled_ || path_first_min_ < 0 || monitor_min_tb_ <= T) {
+  if (p.path_check <= 0 || !monitor_scheduled_ || path_first_min_ < 0 || monitor_min_tb() <= T) {
     return PathCheck::kNo;
   }
   // A longer path is a change from a baseline this flow has seen confirmed (a drain emptied
@@ -431,10 +440,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         // A boundary passed during a drain of this flow's own: it becomes the scheduled one
         // (the siblings drain from now on), and the path check starts afresh.
         monitor_scheduled_ = true;
-        path_first_min_ = -1;
-        path_second_min_ = -1;
-        monitor_min_tb_ = -1;
-        monitor_steps_ = 0;
+        restart_drain_measurement();
       }
       if (!cut_in_force()) return true;
       if (path_first_min_ < 0) {
@@ -443,7 +449,6 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
       }
       double& half = now - path_since_ < p.path_check / 2 ? path_first_min_ : path_second_min_;
       if (half < 0 || tb < half) half = tb;
-      if (monitor_min_tb_ < 0 || tb < monitor_min_tb_) monitor_min_tb_ = tb;
       if (monitor_steps_ < p.monitor_steps) ++monitor_steps_;
       if (monitor_steps_ >= p.monitor_steps) {
         const PathCheck path = ts_ ? path_check(now, T, p) : PathCheck::kNo;
@@ -454,7 +459,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         // only when a scheduled drain showed a longer path (path_check); otherwise it is left
         // to age out over the horizon, because raising it while siblings sharing the buffer
         // kept it filled would ratchet the queue up.
-        const Nanos by = static_cast<Nanos>(monitor_min_tb_);
+        const Nanos by = static_cast<Nanos>(monitor_min_tb());
         if (!ts_) {
           phone_half_min_.reset_to(now, ph->value + by);
           lag_filter_.clear();

@@ -169,6 +169,8 @@ class UplinkRegulator {
   double bdp_plus_queue(Nanos rtt, const RsfcParams& p) const;
   void enter_monitor(Nanos now, const RsfcParams& p, bool scheduled);
   void leave_monitor(Nanos now, bool evidence);
+  void restart_drain_measurement();
+  double monitor_min_tb() const;  // < 0: no step in force yet
   enum class PathCheck : uint8_t { kNo, kWait, kLonger };
   PathCheck path_check(Nanos now, double T, const RsfcParams& p) const;
   double min_window() const { return 2.0 * mss_; }
@@ -207,9 +209,9 @@ class UplinkRegulator {
   Nanos rtt_now_ = 0;            // current round trip without own queue (rtt_ is its recent max)
   Nanos T_ = 0;
   double rho_ = 0;
-  double monitor_min_tb_ = -1;  // < 0: none yet
-  // Path check (scheduled drains): lowest t_buff in the first and second half of the span
-  // since the cut took hold (< 0: none yet), its start, and the highest data end then.
+  // The drain's lowest t_buff since its cut took hold, split into the first and second half
+  // of the path check's span (< 0: none yet; monitor_min_tb() is the lower), the span's
+  // start, and the highest data end then.
   double path_first_min_ = -1;
   double path_second_min_ = -1;
   Nanos path_since_ = 0;
