@@ -252,6 +252,15 @@ std::string read_string(const Reader& r, const Entry& e) {
   return s;
 }
 
+// true or false (YAML 1.2 core spellings); yes/no/on/off are refused as ambiguous between
+// YAML versions.
+bool read_bool(const Reader& r, const Entry& e) {
+  const std::string& s = scalar(r, e, "true or false");
+  if (s == "true" || s == "True" || s == "TRUE") return true;
+  if (s == "false" || s == "False" || s == "FALSE") return false;
+  r.fail(e, "expected true or false");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Field tables
 
@@ -291,6 +300,11 @@ auto duration_field(Proj proj, Nanos unit, Range range) {
     std::invoke(proj, t) =
         static_cast<Nanos>(std::llround(read_real(r, e, range) * static_cast<double>(unit)));
   };
+}
+
+template <class Proj>
+auto bool_field(Proj proj) {
+  return [proj](Reader& r, const Entry& e, auto& t) { std::invoke(proj, t) = read_bool(r, e); };
 }
 
 template <class Proj>
@@ -510,6 +524,8 @@ const FieldTable<RsfcParams> kRsfcFields = {
     {"unused_fraction", real_field(&RsfcParams::unused_fraction, {0, 1})},
     {"unused_decay", real_field(&RsfcParams::unused_decay, {0, 1})},
     {"startup_growth", real_field(&RsfcParams::startup_growth, {1, 100})},
+    {"per_subscriber", bool_field(&RsfcParams::per_subscriber)},
+    {"share_equalize", real_field(&RsfcParams::share_equalize, {0, 1})},
 };
 
 const FieldTable<DrwaParams> kDrwaFields = {

@@ -7,6 +7,7 @@
 #include "rsfc/estimators.h"
 #include "rsfc/flow_table.h"
 #include "rsfc/rsfc_controller.h"
+#include "rsfc/subscriber_table.h"
 #include "rsfc/window.h"
 
 namespace rsfc {
@@ -16,10 +17,11 @@ struct FlowRegulators {
   UplinkRegulator up;
   DownlinkRegulator down;
   RsfcState counted_state = RsfcState::kStartup;
-  bool in_state_gauge = false;            // counted in rsfc_flows_in_state[counted_state]
-  bool counted_no_ts = false;             // counted in flows_no_timestamps
-  bool counted_tick = false;              // counted in rsfc_tick_estimates
-  uint32_t counted_path_rebaselines = 0;  // of up.path_rebaselines(), in the counter
+  bool in_state_gauge = false;                   // counted in rsfc_flows_in_state[counted_state]
+  bool counted_no_ts = false;                    // counted in flows_no_timestamps
+  bool counted_tick = false;                     // counted in rsfc_tick_estimates
+  uint32_t counted_path_rebaselines = 0;         // of up.path_rebaselines(), in the counter
+  uint32_t subscriber = SubscriberTable::kNone;  // entry up is attached to
 };
 
 const char* to_string(Policy p) {
@@ -73,7 +75,9 @@ void learn_syn(Endpoint& e, const PacketView& v) {
 }  // namespace
 
 Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_seed)
-    : params_(params), flows_(std::make_unique<FlowTable>(flows_max, hash_seed)) {
+    : params_(params),
+      flows_(std::make_unique<FlowTable>(flows_max, hash_seed)),
+      subscribers_(std::make_unique<SubscriberTable>(flows_max)) {
   regs_.reserve(flows_max);
 }
 
@@ -87,7 +91,8 @@ size_t Engine::active_flows() const {
   return flows_->size();
 }
 size_t Engine::bytes_per_flow() {
-  return sizeof(Flow) + sizeof(FlowRegulators) + FlowTable::kBucketsPerFlow * sizeof(uint32_t);
+  return sizeof(Flow) + sizeof(FlowRegulators) + FlowTable::kBucketsPerFlow * sizeof(uint32_t) +
+         SubscriberTable::bytes_per_entry();
 }
 uint32_t Engine::flows_max() const {
   return flows_->capacity();
@@ -103,6 +108,12 @@ void Engine::reset_flow_state(uint32_t idx) {
 void Engine::forget_flow(uint32_t idx) {
   if (idx >= regs_.size()) return;
   FlowRegulators& r = regs_[idx];
+  if (r.subscriber != SubscriberTable::kNone) {
+    r.up.attach(nullptr);
+    subscribers_->release(r.subscriber);
+    r.subscriber = SubscriberTable::kNone;
+    counters_.rsfc_subscribers.set(subscribers_->size());
+  }
   if (r.in_state_gauge) {
     Counter& c = counters_.rsfc_flows_in_state[static_cast<size_t>(r.counted_state)];
     c.set(c.get() - 1);
@@ -246,6 +257,10 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   const bool up_fed = feeds_regulator(params_.uplink.policy);
   const bool down_fed = feeds_regulator(params_.downlink.policy);
   if (up_fed || down_fed) {  // static/off policies skip the regulators entirely
+    if (params_.uplink.policy == Policy::kRsfc && params_.rsfc.per_subscriber &&
+        regs.subscriber == SubscriberTable::kNone) {
+      join_subscriber(idx);
+    }
     const TcpSegment seg = TcpSegment::from_view(v);
     if (dir == Direction::kFromSubscriber) {
       if (up_fed) regs.up.on_uplink_segment(now, seg, params_.rsfc);
@@ -320,6 +335,23 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   }
   count(counters_, dir, result.outcome);
   return result;
+}
+
+// Attaches the flow's uplink regulator to its subscriber's shared state (SubscriberUplink):
+// the regulated uploads of one address fill one uplink buffer.
+void Engine::join_subscriber(uint32_t idx) {
+  FlowRegulators& r = regs_[idx];
+  const Flow& f = flows_->at(idx);
+  FlowKey k;  // the subscriber address alone, through the flow table's keyed hash
+  k.family = f.key.family;
+  k.sub_addr = f.key.sub_addr;
+  IpAddr a;
+  a.family = f.key.family;
+  a.bytes = f.key.sub_addr;
+  r.subscriber = subscribers_->acquire(a, flows_->hash(k));
+  if (r.subscriber == SubscriberTable::kNone) return;  // cannot happen: one entry per flow
+  r.up.attach(&subscribers_->at(r.subscriber));
+  counters_.rsfc_subscribers.set(subscribers_->size());
 }
 
 uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now) {

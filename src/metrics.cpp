@@ -244,6 +244,9 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
   core_family(w, qs, "rsfcd_rsfc_tick_estimates_total", "counter",
               "Flows whose timestamp granularity has been estimated.",
               [](const CoreCounters& c) { return c.rsfc_tick_estimates.get(); });
+  core_family(w, qs, "rsfcd_rsfc_subscribers", "gauge",
+              "Subscriber addresses whose rsfc-regulated flows share one uplink state now.",
+              [](const CoreCounters& c) { return c.rsfc_subscribers.get(); });
   core_family(w, qs, "rsfcd_rsfc_path_rebaselines_total", "counter",
               "Times a flow's minimum uplink delay was raised because a scheduled drain showed "
               "a longer path (route change, handover), not a queue.",

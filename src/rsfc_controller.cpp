@@ -94,7 +94,8 @@ void UplinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const Rs
   }
   if (s.payload_len == 0 || s.syn()) return;
   last_data_at_ = now;
-  rate_.on_data(now, s.seq, s.payload_len, iv);
+  const uint32_t fresh = rate_.on_data(now, s.seq, s.payload_len, iv);
+  if (sub_ && fresh > 0) sub_->on_delivered(now, fresh, iv);
   if (ts_) return;
 
   // Timestamp-less: server half by seq/ack matching, phone side by the window-opening lag.
@@ -145,6 +146,32 @@ void UplinkRegulator::on_window_forwarded(Nanos now, uint32_t ack, uint32_t righ
     const Nanos spacing = std::max(kMinSlotSpacing, interval(p) / kSlotsPerRtt);
     lag_.on_edge_forwarded(now, right_edge, spacing);
   }
+}
+
+void SubscriberUplink::on_delivered(Nanos now, uint32_t bytes, Nanos interval) {
+  if (!rate_.started()) rate_.start(seq_);
+  rate_.on_data(now, seq_, bytes, interval);
+  seq_ += bytes;
+}
+
+void SubscriberUplink::report_active(Nanos now, int64_t& epoch) {
+  const int64_t e = now / kEpoch;
+  if (e != epoch_) {
+    active_[1] = e == epoch_ + 1 ? active_[0] : 0;
+    active_[0] = 0;
+    epoch_ = e;
+  }
+  if (epoch != e) {
+    epoch = e;
+    ++active_[0];
+  }
+}
+
+uint32_t SubscriberUplink::active(Nanos now) const {
+  const int64_t e = now / kEpoch;
+  const uint32_t cur = e == epoch_ ? active_[0] : 0;
+  const uint32_t prev = e == epoch_ ? active_[1] : (e == epoch_ + 1 ? active_[0] : 0);
+  return std::max<uint32_t>({cur, prev, 1});
 }
 
 WindowDecision UplinkRegulator::target_window(Nanos now, const RsfcParams& p) {
@@ -336,6 +363,28 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
   const Nanos prev_step = last_step_at_;
   last_step_at_ = now;
   rho_ = rate_.max(now, iv);
+  if (sub_ && p.per_subscriber) {
+    // A flow's share of its subscriber's link (see SubscriberUplink): its part of the bytes
+    // all the subscriber's regulated uploads delivered since this flow's previous step, pulled
+    // share_equalize of the way toward an equal split among the members that use their
+    // windows (an idle or application-limited flow, an iperf control connection, does not
+    // count: it would claim a share it never fills). The flow's own windowed maximum still
+    // caps it.
+    const uint64_t own = rate_.total_bytes() - own_bytes_at_step_;
+    const uint64_t all = sub_->total_bytes() - sub_bytes_at_step_;
+    own_bytes_at_step_ = rate_.total_bytes();
+    sub_bytes_at_step_ = sub_->total_bytes();
+    if (own > 0 && clamping_ && tb_ && rtt_ &&
+        rho_ * (seconds(rtt_now_) + seconds(*tb_)) >= p.unused_fraction * w_) {
+      sub_->report_active(now, sub_epoch_);
+    }
+    if (own > 0 && all > own && sub_->has_sample()) {
+      const double share = static_cast<double>(own) / static_cast<double>(all);
+      const double equal = 1.0 / static_cast<double>(sub_->active(now));
+      const double mine = (1.0 - p.share_equalize) * share + p.share_equalize * equal;
+      rho_ = std::min(rho_, mine * sub_->rate(now, iv));
+    }
+  }
 
   if (state_ == RsfcState::kStartup && rate_.has_sample()) {
     // In flight now, by Little's law on the round trip the phone sees (its queue included).

@@ -127,6 +127,8 @@ rsfc:
   unused_fraction: 0
   unused_decay: 1
   startup_growth: 1.5
+  per_subscriber: false
+  share_equalize: 0.25
 drwa: { alpha: 0.5, lambda: 2.25 }
 )");
   EXPECT_EQ(c.queues, (std::vector<uint16_t>{3, 1, 2}));
@@ -167,6 +169,8 @@ drwa: { alpha: 0.5, lambda: 2.25 }
   EXPECT_EQ(c.params.rsfc.unused_fraction, 0.0);
   EXPECT_EQ(c.params.rsfc.unused_decay, 1.0);
   EXPECT_EQ(c.params.rsfc.startup_growth, 1.5);
+  EXPECT_FALSE(c.params.rsfc.per_subscriber);
+  EXPECT_EQ(c.params.rsfc.share_equalize, 0.25);
   EXPECT_EQ(c.params.drwa.alpha, 0.5);
   EXPECT_EQ(c.params.drwa.lambda, 2.25);
 }
@@ -287,6 +291,8 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.unused_fraction, dp.rsfc.unused_fraction);
   EXPECT_EQ(p.rsfc.unused_decay, dp.rsfc.unused_decay);
   EXPECT_EQ(p.rsfc.startup_growth, dp.rsfc.startup_growth);
+  EXPECT_EQ(p.rsfc.per_subscriber, dp.rsfc.per_subscriber);
+  EXPECT_EQ(p.rsfc.share_equalize, dp.rsfc.share_equalize);
   EXPECT_EQ(p.drwa.alpha, dp.drwa.alpha);
   EXPECT_EQ(p.drwa.lambda, dp.drwa.lambda);
 }
@@ -402,6 +408,12 @@ const BadCase kBadCases[] = {
     {"monitor_steps_zero", "rsfc: { monitor_steps: 0 }\n", 1, "rsfc.monitor_steps", "out of range"},
     {"rtt_gain_zero", "rsfc: { rtt_gain: 0 }\n", 1, "rsfc.rtt_gain", "out of range"},
     {"startup_growth_below_one", "rsfc: { startup_growth: 0.5 }\n", 1, "rsfc.startup_growth",
+     "out of range"},
+    {"per_subscriber_yes", "rsfc: { per_subscriber: yes }\n", 1, "rsfc.per_subscriber",
+     "expected true or false (got yes)"},
+    {"per_subscriber_list", "rsfc: { per_subscriber: [true] }\n", 1, "rsfc.per_subscriber",
+     "expected true or false"},
+    {"share_equalize_above_one", "rsfc: { share_equalize: 1.5 }\n", 1, "rsfc.share_equalize",
      "out of range"},
     {"min_window_too_small", "min_window_bytes: 1071\n", 1, "min_window_bytes",
      "must be between 1072 and 1073725440 (got 1071)"},

@@ -514,5 +514,60 @@ TEST(EngineRsfc, ObserveLogsDecisionsButNeverModifies) {
   EXPECT_GT(r.records.back().t_buff_ms, 200);
 }
 
+// The regulated uploads of one subscriber address share one SubscriberUplink; the entry
+// lives as long as one of its flows does.
+TEST(EngineRsfc, FlowsOfOneSubscriberShareOneState) {
+  EngineParams p = static_params(65535);
+  p.uplink.policy = Policy::kRsfc;
+  p.embryonic_timeout = 10 * kSecond;
+  Engine e(64, p);
+  auto syn = [&](const std::string& phone, uint16_t sport, Nanos at) {
+    const bool v6 = phone.find(':') != std::string::npos;
+    std::vector<uint8_t> b = testpkt::build({.src = phone,
+                                             .dst = v6 ? "2001:2:0:2::2" : "198.19.0.2",
+                                             .sport = sport,
+                                             .dport = 443,
+                                             .seq = kPhoneIsn,
+                                             .flags = tcpflag::kSyn,
+                                             .window = 64240,
+                                             .timestamps = true,
+                                             .tsval = 1});
+    EXPECT_FALSE(e.process(b, at).modified);
+  };
+  syn("198.18.0.2", 40000, kSecond);
+  syn("198.18.0.2", 40001, kSecond);
+  syn("198.18.0.3", 40000, kSecond);
+  syn("2001:2:0:1::2", 40000, kSecond);  // v6 (different address family)
+  EXPECT_EQ(e.active_flows(), 4u);
+  EXPECT_EQ(e.counters().rsfc_subscribers.get(), 3u);
+  e.expire(20 * kSecond);
+  EXPECT_EQ(e.active_flows(), 0u);
+  EXPECT_EQ(e.counters().rsfc_subscribers.get(), 0u) << "entries freed with their last flow";
+
+  // Off with rsfc.per_subscriber: false (each flow on its own, as before).
+  p.rsfc.per_subscriber = false;
+  e.set_params(p);
+  syn("198.18.0.2", 40002, 30 * kSecond);
+  EXPECT_EQ(e.counters().rsfc_subscribers.get(), 0u);
+}
+
+TEST(EngineRsfc, HostileSubscriberCountStaysWithinCapacity) {
+  // Every SYN from another address (an IPv6 phone can use many): one entry per flow at
+  // most, evicted flows release theirs, and the table never refuses a new flow.
+  EngineParams p = static_params(65535);
+  p.uplink.policy = Policy::kRsfc;
+  Engine e(64, p);
+  for (uint32_t i = 0; i < 5000; ++i) {
+    const std::string phone =
+        "198.18." + std::to_string((i >> 8) & 0xff) + "." + std::to_string(i & 0xff);
+    std::vector<uint8_t> b = testpkt::build(
+        {.src = phone, .dst = "198.19.0.2", .sport = 40000, .dport = 443, .flags = tcpflag::kSyn});
+    e.process(b, i * kMilli);
+    ASSERT_LE(e.counters().rsfc_subscribers.get(), 64u);
+  }
+  EXPECT_EQ(e.active_flows(), 64u);
+  EXPECT_EQ(e.counters().rsfc_subscribers.get(), 64u);
+}
+
 }  // namespace
 }  // namespace rsfc

@@ -481,6 +481,7 @@ struct Scenario {
   std::vector<Link::Outage> up_outages;
   std::vector<Link::PropStep> p1_steps;  // phone <-> gateway delay changes, both directions
   std::string trace_path;                // optional CSV of the first upload's controller
+  bool subscriber_state = true;          // the flows' regulators share SubscriberUplink
 };
 
 struct Result {
@@ -540,6 +541,7 @@ class Simulation {
       const bool upload = i < sc_.uploads;
       auto f = std::make_unique<FlowState>();
       f->upload = upload;
+      if (sc_.subscriber_state) f->rsfc.attach(&phone_uplink_);  // one phone: one subscriber
       TsClock phone_clock{sc_.phone_tick, 123'456'789 + i * 7'777'777};
       TsClock srv_clock{kMilli, 987'654'321 + i * 3'333'333};
       const bool ts = sc_.phone_timestamps;
@@ -748,6 +750,7 @@ class Simulation {
   }
 
   Scenario sc_;
+  SubscriberUplink phone_uplink_;  // declared before flows_: outlives their regulators
   EventQueue ev_;
   Link up_, down_, to_srv_, from_srv_;
   std::vector<std::unique_ptr<FlowState>> flows_;

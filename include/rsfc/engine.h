@@ -49,6 +49,7 @@ class DecisionSink {
 };
 
 class FlowTable;
+class SubscriberTable;
 struct FlowRegulators;
 
 class Engine {
@@ -85,10 +86,12 @@ class Engine {
   void reset_flow_state(uint32_t idx);
   void forget_flow(uint32_t idx);
   uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now);
+  void join_subscriber(uint32_t idx);
 
   EngineParams params_;
   std::unique_ptr<FlowTable> flows_;
-  std::vector<FlowRegulators> regs_;  // parallel to the flow table, reserved once
+  std::unique_ptr<SubscriberTable> subscribers_;  // rsfc's per-subscriber state
+  std::vector<FlowRegulators> regs_;              // parallel to the flow table, reserved once
   CoreCounters counters_;
   DecisionSink* sink_ = nullptr;
 };

@@ -55,6 +55,8 @@ struct RsfcParams {
   double unused_fraction = 0.5;                // in flight below this * W: window unused ...
   double unused_decay = 0.25;                  // ... and shrinks by this per step
   double startup_growth = 2.0;                 // startup clamp >= this * in-flight
+  bool per_subscriber = true;                  // uploads of one subscriber share a link rate
+  double share_equalize = 0.75;                // ... each flow's share pulled this far to 1/N
   uint32_t initial_window_bytes = 0;           // startup clamp floor before estimates; 0 = 64 KB
   std::string decision_log;                    // JSON-lines path, empty = off
 };

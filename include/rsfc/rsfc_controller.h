@@ -86,13 +86,17 @@
 //             postpone the next boundary (it is no evidence). Then kSlow, with the window
 //             from before the drain (a drain is a measurement, not a decision).
 //
+// SEVERAL UPLOADS OF ONE PHONE fill one uplink buffer. With a SubscriberUplink attached
+// (the engine attaches one per subscriber address, rsfc.per_subscriber) rho is capped at the
+// flow's share of the subscriber's delivered rate (see SubscriberUplink), so the windows of
+// N flows add up to about one BDP plus the fast state's queue, not N of them.
+//
 // KNOWN LIMITS (simulation, see rsfc_controller_test.cpp): flows of one phone that start
 // together behind each other's initial windows take that queue for their minimum until the
-// first drain (to the floor, at the first min_refresh boundary) empties the buffer; after it
-// each flow's delivered rate (a windowed maximum, taken when siblings were draining) can
-// overstate its share, so two to six simultaneous uploads keep 0.08-0.16 s of queue (mean;
-// 3.6 s unregulated) - not under T - and may share unevenly (Jain 0.67 with four).
-// Per-subscriber state (one rate and one baseline per phone) is what would fix both.
+// first drain (to the floor, at the first min_refresh boundary) empties the buffer; two to six
+// simultaneous uploads keep 46-80 ms of mean queue (3.6 s unregulated; 113-153 ms with each
+// flow on its own rate) - not under T. The shared rate is per rsfcd worker: flows of one
+// subscriber spread over several NFQUEUE workers each see only their worker's part.
 // Timestamp-less flows cannot tell their uplink queue from a download's downlink queue; they
 // are regulated, more loosely.
 #pragma once
@@ -115,6 +119,35 @@ struct WindowDecision {
   bool stepped = false;        // a control step ran during this call
 };
 
+// What the regulated upload flows of one subscriber share. They fill one uplink buffer, so
+// their delivered rates are shares of one link. A flow's own rate is a windowed maximum: it
+// is taken at moments when its siblings sent less (their drains, their own limits) and so
+// overstates the flow's share, and windows sized on it keep a queue between them (two to
+// six uploads from one phone: 0.08-0.16 s mean in the simulation). Every member reports its
+// new bytes here; at each control step a member caps its rate at its share of the bytes all
+// members delivered since its previous step times the subscriber's rate (one windowed maximum
+// over all of them). Pure and fixed-size, like the regulators; the engine keeps one per
+// subscriber address (SubscriberTable in engine.cpp).
+class SubscriberUplink {
+ public:
+  void on_delivered(Nanos now, uint32_t bytes, Nanos interval);
+  uint64_t total_bytes() const { return rate_.total_bytes(); }
+  double rate(Nanos now, Nanos interval) const { return rate_.max(now, interval); }
+  bool has_sample() const { return rate_.has_sample(); }
+  // A member that fills its window reports it at its control steps; `epoch` is the member's
+  // own bookkeeping (one count per member and epoch of kEpoch).
+  void report_active(Nanos now, int64_t& epoch);
+  // Members that reported in this epoch or the previous one; at least 1.
+  uint32_t active(Nanos now) const;
+  static constexpr Nanos kEpoch = 1 * kSecond;
+
+ private:
+  DeliveredRate rate_;  // fed with a running byte count as its sequence
+  uint32_t seq_ = 0;
+  int64_t epoch_ = -1;           // current epoch number
+  uint32_t active_[2] = {0, 0};  // members seen in the current / previous epoch
+};
+
 class UplinkRegulator {
  public:
   // The tunables of the law are RsfcParams (conf/rsfcd.yaml, rsfc.*); these are not.
@@ -132,6 +165,10 @@ class UplinkRegulator {
   // drain together, and different subscribers different phases so that the gateway's load
   // does not dip all at once. Default 0.
   void set_drain_phase(Nanos phase) { drain_phase_ = phase; }
+  // Optional: the state this flow shares with the other regulated uploads of its subscriber
+  // (not owned; must outlive this regulator or be detached with nullptr first).
+  void attach(SubscriberUplink* s) { sub_ = s; }
+  const SubscriberUplink* subscriber() const { return sub_; }
 
   // --- Read-outs (decision log, metrics, tests); values as of the last control step. ---
   RsfcState state() const { return state_; }
@@ -217,7 +254,11 @@ class UplinkRegulator {
   Nanos path_since_ = 0;
   uint32_t path_end_ = 0;
   uint32_t path_rebaselines_ = 0;
-  double rho_at_monitor_ = 0;  // rho when the drain began
+  SubscriberUplink* sub_ = nullptr;
+  uint64_t own_bytes_at_step_ = 0;  // rate_.total_bytes() at the previous step
+  uint64_t sub_bytes_at_step_ = 0;  // sub_->total_bytes() at the previous step
+  int64_t sub_epoch_ = -1;          // SubscriberUplink::report_active bookkeeping
+  double rho_at_monitor_ = 0;       // rho when the drain began
   uint32_t edge_max_ = 0;
   uint32_t ack_max_ = 0;
   uint32_t cut_edge_ = 0;
