@@ -104,7 +104,8 @@ void Engine::reset_flow_state(uint32_t idx) {
   regs_[idx] = FlowRegulators{};
 }
 
-// Takes a flow out of the per-state gauges (it is being removed or reset).
+// A flow is being removed or reset: out of the per-state gauge, and its hold on its
+// subscriber's shared state released.
 void Engine::forget_flow(uint32_t idx) {
   if (idx >= regs_.size()) return;
   FlowRegulators& r = regs_[idx];
@@ -114,6 +115,12 @@ void Engine::forget_flow(uint32_t idx) {
     r.subscriber = SubscriberTable::kNone;
     counters_.rsfc_subscribers.set(subscribers_->size());
   }
+  leave_state_gauge(idx);
+}
+
+// Takes a flow out of the per-state gauge (it is being removed, or changes state).
+void Engine::leave_state_gauge(uint32_t idx) {
+  FlowRegulators& r = regs_[idx];
   if (r.in_state_gauge) {
     Counter& c = counters_.rsfc_flows_in_state[static_cast<size_t>(r.counted_state)];
     c.set(c.get() - 1);
@@ -348,8 +355,10 @@ void Engine::join_subscriber(uint32_t idx) {
   IpAddr a;
   a.family = f.key.family;
   a.bytes = f.key.sub_addr;
+  const uint32_t before = subscribers_->size();
   r.subscriber = subscribers_->acquire(a, flows_->hash(k));
   if (r.subscriber == SubscriberTable::kNone) return;  // cannot happen: one entry per flow
+  if (subscribers_->size() > before) counters_.rsfc_subscribers_created.add();
   r.up.attach(&subscribers_->at(r.subscriber));
   counters_.rsfc_subscribers.set(subscribers_->size());
 }
@@ -364,7 +373,7 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now) {
     const UplinkRegulator& u = r.up;
     // Per-state gauge and once-per-flow health counters.
     if (!r.in_state_gauge || r.counted_state != u.state()) {
-      forget_flow(idx);
+      leave_state_gauge(idx);
       r.counted_state = u.state();
       Counter& c = counters_.rsfc_flows_in_state[static_cast<size_t>(u.state())];
       c.set(c.get() + 1);

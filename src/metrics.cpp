@@ -247,6 +247,9 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
   core_family(w, qs, "rsfcd_rsfc_subscribers", "gauge",
               "Subscriber addresses whose rsfc-regulated flows share one uplink state now.",
               [](const CoreCounters& c) { return c.rsfc_subscribers.get(); });
+  core_family(w, qs, "rsfcd_rsfc_subscribers_created_total", "counter",
+              "Subscriber entries created for rsfc's shared state (a subscriber's first flow).",
+              [](const CoreCounters& c) { return c.rsfc_subscribers_created.get(); });
   core_family(w, qs, "rsfcd_rsfc_path_rebaselines_total", "counter",
               "Times a flow's minimum uplink delay was raised because a scheduled drain showed "
               "a longer path (route change, handover), not a queue.",

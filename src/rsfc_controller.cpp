@@ -370,10 +370,14 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
     // windows (an idle or application-limited flow, an iperf control connection, does not
     // count: it would claim a share it never fills). The flow's own windowed maximum still
     // caps it.
-    const uint64_t own = rate_.total_bytes() - own_bytes_at_step_;
-    const uint64_t all = sub_->total_bytes() - sub_bytes_at_step_;
-    own_bytes_at_step_ = rate_.total_bytes();
-    sub_bytes_at_step_ = sub_->total_bytes();
+    const uint64_t own_total = rate_.total_bytes();
+    const uint64_t sub_total = sub_->total_bytes();
+    // Both only grow while this flow stays attached (attach() takes fresh snapshots).
+    const bool counted = own_total >= own_bytes_at_step_ && sub_total >= sub_bytes_at_step_;
+    const uint64_t own = counted ? own_total - own_bytes_at_step_ : 0;
+    const uint64_t all = counted ? sub_total - sub_bytes_at_step_ : 0;
+    own_bytes_at_step_ = own_total;
+    sub_bytes_at_step_ = sub_total;
     if (own > 0 && clamping_ && tb_ && rtt_ &&
         rho_ * (seconds(rtt_now_) + seconds(*tb_)) >= p.unused_fraction * w_) {
       sub_->report_active(now, sub_epoch_);

@@ -375,6 +375,7 @@ class RecordingSink : public DecisionSink {
 struct OpenLoopResult {
   uint64_t acks = 0, rewritten = 0;
   uint32_t last_window_bytes = 0;  // as forwarded to the phone
+  uint64_t subscribers_created = 0;
   std::vector<DecisionRecord> records;
 };
 
@@ -479,6 +480,7 @@ OpenLoopResult run_open_loop_upload(Policy uplink, Nanos duration) {
     }
   }
   res.records = sink.records;
+  res.subscribers_created = e.counters().rsfc_subscribers_created.get();
   return res;
 }
 
@@ -504,6 +506,15 @@ TEST(EngineRsfc, StandingUplinkQueueGetsTheWindowClamped) {
   }
   EXPECT_GT(peak, 500) << "t_buff never showed the (up to 1.5 s) queue";
   EXPECT_TRUE(fast) << "never entered the fast state";
+  // The phone sends 2 Mbit/s throughout; the flow is its subscriber's only upload, so the
+  // per-subscriber share must never cut its rate (it did while a state change released the
+  // subscriber entry under the flow).
+  double lowest = 1e18;
+  for (const DecisionRecord& d : r.records) {
+    if (d.time > r.records.front().time + 2 * kSecond) lowest = std::min(lowest, d.rate_bps);
+  }
+  EXPECT_GT(lowest, 1.8e6);
+  EXPECT_EQ(r.subscribers_created, 1u) << "the flow's entry must live as long as the flow";
 }
 
 TEST(EngineRsfc, ObserveLogsDecisionsButNeverModifies) {

@@ -85,6 +85,7 @@ class Engine {
  private:
   void reset_flow_state(uint32_t idx);
   void forget_flow(uint32_t idx);
+  void leave_state_gauge(uint32_t idx);
   uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now);
   void join_subscriber(uint32_t idx);
 

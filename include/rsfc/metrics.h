@@ -73,9 +73,10 @@ struct CoreCounters {
   // RSFC/DRWA health, gauges of flows per controller state etc. are added by the engine.
   std::array<Counter, 4> rsfc_flows_in_state{};  // indexed by RsfcState
   Counter rsfc_windows_applied;
-  Counter rsfc_tick_estimates;    // flows whose TS granularity has been estimated
-  Counter rsfc_subscribers;       // gauge: subscribers whose rsfc uploads share state
-  Counter rsfc_path_rebaselines;  // min(d) raised: a scheduled drain showed a longer path
+  Counter rsfc_tick_estimates;       // flows whose TS granularity has been estimated
+  Counter rsfc_subscribers;          // gauge: subscribers whose rsfc uploads share state
+  Counter rsfc_subscribers_created;  // entries created (a subscriber's first flow)
+  Counter rsfc_path_rebaselines;     // min(d) raised: a scheduled drain showed a longer path
   Counter drwa_windows_applied;
 };
 

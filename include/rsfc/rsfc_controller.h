@@ -167,7 +167,11 @@ class UplinkRegulator {
   void set_drain_phase(Nanos phase) { drain_phase_ = phase; }
   // Optional: the state this flow shares with the other regulated uploads of its subscriber
   // (not owned; must outlive this regulator or be detached with nullptr first).
-  void attach(SubscriberUplink* s) { sub_ = s; }
+  void attach(SubscriberUplink* s) {
+    sub_ = s;
+    own_bytes_at_step_ = rate_.total_bytes();
+    sub_bytes_at_step_ = s ? s->total_bytes() : 0;
+  }
   const SubscriberUplink* subscriber() const { return sub_; }
 
   // --- Read-outs (decision log, metrics, tests); values as of the last control step. ---
