@@ -370,8 +370,30 @@ def plot_stacks(out: dict, d: Path) -> list[Path]:
     return paths + [_save(fig, d / "stacks-summary.png")]
 
 
+def plot_uploads(out: dict, d: Path) -> list[Path]:
+    best = out.get("best_static")
+    trio = _trio(out["policies"], best)
+    paths = []
+    for case in ("alone", "download"):
+        cols = [(_label(p, best), out["tests"][p][case]) for p in trio]
+        paths.append(timeseries(cols, f"uploads: {out['uploads']} uploads from one phone, "
+                                f"{'with a download' if case == 'download' else 'alone'}, 3g",
+                                d / f"uploads-{case}-timeseries.png"))
+    fig, axs = plt.subplots(1, 3, figsize=(13, 3.6))
+    S = out["summary"]
+    cases = ["alone", "download"]
+    for ax, field, ylabel in ((axs[0], "jain", "Jain index"),
+                              (axs[1], "upload_total_mbps", "uploads together [Mbit/s]"),
+                              (axs[2], "rtt_p95_ms", "phone RTT p95 [ms]")):
+        bars(cases, {_label(p, best): [S[p][c][field] for c in cases] for p in trio}, ylabel, ax,
+             fmt="{:.2f}" if field != "rtt_p95_ms" else "{:.0f}", log=field == "rtt_p95_ms")
+    axs[0].set_ylim(0, 1.15)
+    _fig_legend(fig, axs[0])
+    return paths + [_save(fig, d / "uploads-summary.png")]
+
+
 PLOTTERS = {"trace": plot_trace, "web": plot_web, "fairness": plot_fairness,
-            "changes": plot_changes, "stacks": plot_stacks}
+            "changes": plot_changes, "stacks": plot_stacks, "uploads": plot_uploads}
 
 
 def plot_run(json_path: Path, out_dir: Path = OUT) -> list[Path]:
