@@ -873,11 +873,17 @@ def summarize_fairness(out: dict) -> None:
             out["summary"][policy][case] = {
                 "r1_mbps": r1, "r2_mbps": r2, "jain": j, "efficiency": eff,
                 "rtt_p50_ms": st["p50"], "rtt_p95_ms": st["p95"], "errors": res["errors"]}
+    _score_cases(out, lambda case, c: None if c["jain"] is None or c["efficiency"] is None
+                 else c["jain"] * c["efficiency"])
+
+
+def _score_cases(out: dict, score) -> None:
+    """out["scores"]: per policy the mean of score(case, summary) over its cases (None if
+    any case has none); out["best_static"] by pick_best_static."""
     scores = {}
     for p, cases in out["summary"].items():
-        v = [c["jain"] * c["efficiency"] for c in cases.values()
-             if c["jain"] is not None and c["efficiency"] is not None]
-        scores[p] = sum(v) / len(v) if len(v) == 2 else None
+        v = [score(case, c) for case, c in cases.items()]
+        scores[p] = sum(v) / len(v) if v and None not in v else None
     out["scores"] = scores
     out["best_static"] = pick_best_static(scores)
 
@@ -971,21 +977,18 @@ def summarize_uploads(out: dict) -> None:
                 "upload_mbps": rates, "upload_total_mbps": total, "jain": jain(rates),
                 "download_mbps": dl, "rtt_p50_ms": st["p50"], "rtt_p95_ms": st["p95"],
                 "errors": res["errors"]}
-    scores = {}
-    for p, cases in out["summary"].items():
-        v = []
-        for case, c in cases.items():
-            if c["jain"] is None or c["upload_total_mbps"] is None or not base["ul"]:
-                continue
-            share = c["upload_total_mbps"] / base["ul"]
-            if case == "download":
-                if c["download_mbps"] is None or not base["dl"]:
-                    continue
-                share = min(share, c["download_mbps"] / base["dl"])
-            v.append(c["jain"] * share)
-        scores[p] = sum(v) / len(v) if len(v) == 2 else None
-    out["scores"] = scores
-    out["best_static"] = pick_best_static(scores)
+
+    def score(case: str, c: dict) -> float | None:
+        if c["jain"] is None or c["upload_total_mbps"] is None or not base["ul"]:
+            return None
+        share = c["upload_total_mbps"] / base["ul"]
+        if case == "download":
+            if c["download_mbps"] is None or not base["dl"]:
+                return None
+            share = min(share, c["download_mbps"] / base["dl"])
+        return c["jain"] * share
+
+    _score_cases(out, score)
 
 
 def format_uploads(out: dict) -> str:

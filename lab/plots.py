@@ -299,17 +299,23 @@ def plot_fairness(out: dict, d: Path) -> list[Path]:
         cols = [(_label(p, best), out["tests"][p][case]) for p in trio]
         paths.append(timeseries(cols, f"fairness: two uploads, {case.replace('-', ' ')}, "
                                 f"3g uplink", d / f"fairness-{case}-timeseries.png"))
+    return paths + [_jain_summary(out, trio, ["one-phone", "two-phones"],
+                                  ("efficiency", "efficiency (R1+R2)/R_single"),
+                                  d / "fairness-summary.png")]
+
+
+def _jain_summary(out: dict, trio: list, cases: list, middle: tuple, path: Path) -> Path:
+    """Three bar panels per case: Jain index, `middle` (field, label), phone RTT p95."""
+    best = out.get("best_static")
     fig, axs = plt.subplots(1, 3, figsize=(13, 3.6))
     S = out["summary"]
-    cases = ["one-phone", "two-phones"]
-    for ax, field, ylabel in ((axs[0], "jain", "Jain index"),
-                              (axs[1], "efficiency", "efficiency (R1+R2)/R_single"),
+    for ax, field, ylabel in ((axs[0], "jain", "Jain index"), (axs[1], *middle),
                               (axs[2], "rtt_p95_ms", "phone RTT p95 [ms]")):
         bars(cases, {_label(p, best): [S[p][c][field] for c in cases] for p in trio}, ylabel, ax,
              fmt="{:.2f}" if field != "rtt_p95_ms" else "{:.0f}", log=field == "rtt_p95_ms")
     axs[0].set_ylim(0, 1.15)
     _fig_legend(fig, axs[0])
-    return paths + [_save(fig, d / "fairness-summary.png")]
+    return _save(fig, path)
 
 
 def plot_changes(out: dict, d: Path) -> list[Path]:
@@ -379,17 +385,9 @@ def plot_uploads(out: dict, d: Path) -> list[Path]:
         paths.append(timeseries(cols, f"uploads: {out['uploads']} uploads from one phone, "
                                 f"{'with a download' if case == 'download' else 'alone'}, 3g",
                                 d / f"uploads-{case}-timeseries.png"))
-    fig, axs = plt.subplots(1, 3, figsize=(13, 3.6))
-    S = out["summary"]
-    cases = ["alone", "download"]
-    for ax, field, ylabel in ((axs[0], "jain", "Jain index"),
-                              (axs[1], "upload_total_mbps", "uploads together [Mbit/s]"),
-                              (axs[2], "rtt_p95_ms", "phone RTT p95 [ms]")):
-        bars(cases, {_label(p, best): [S[p][c][field] for c in cases] for p in trio}, ylabel, ax,
-             fmt="{:.2f}" if field != "rtt_p95_ms" else "{:.0f}", log=field == "rtt_p95_ms")
-    axs[0].set_ylim(0, 1.15)
-    _fig_legend(fig, axs[0])
-    return paths + [_save(fig, d / "uploads-summary.png")]
+    return paths + [_jain_summary(out, trio, ["alone", "download"],
+                                  ("upload_total_mbps", "uploads together [Mbit/s]"),
+                                  d / "uploads-summary.png")]
 
 
 PLOTTERS = {"trace": plot_trace, "web": plot_web, "fairness": plot_fairness,
