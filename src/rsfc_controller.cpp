@@ -370,23 +370,31 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
     // windows (an idle or application-limited flow, an iperf control connection, does not
     // count: it would claim a share it never fills). The flow's own windowed maximum still
     // caps it.
+    // Only a flow that delivered something since its previous step reads the shared entry
+    // (a download's ACK-only flow or an idle one never does: no cache miss per step); after
+    // such a gap the snapshots start afresh and the cap waits a step.
     const uint64_t own_total = rate_.total_bytes();
-    const uint64_t sub_total = sub_->total_bytes();
-    // Both only grow while this flow stays attached (attach() takes fresh snapshots).
-    const bool counted = own_total >= own_bytes_at_step_ && sub_total >= sub_bytes_at_step_;
-    const uint64_t own = counted ? own_total - own_bytes_at_step_ : 0;
-    const uint64_t all = counted ? sub_total - sub_bytes_at_step_ : 0;
+    const uint64_t own = own_total >= own_bytes_at_step_ ? own_total - own_bytes_at_step_ : 0;
     own_bytes_at_step_ = own_total;
-    sub_bytes_at_step_ = sub_total;
-    if (own > 0 && clamping_ && tb_ && rtt_ &&
-        rho_ * (seconds(rtt_now_) + seconds(*tb_)) >= p.unused_fraction * w_) {
-      sub_->report_active(now, sub_epoch_);
-    }
-    if (own > 0 && all > own && sub_->has_sample()) {
-      const double share = static_cast<double>(own) / static_cast<double>(all);
-      const double equal = 1.0 / static_cast<double>(sub_->active(now));
-      const double mine = (1.0 - p.share_equalize) * share + p.share_equalize * equal;
-      rho_ = std::min(rho_, mine * sub_->rate(now, iv));
+    if (own == 0) {
+      sub_counted_ = false;
+    } else {
+      const uint64_t sub_total = sub_->total_bytes();
+      // Both only grow while this flow stays attached (attach() takes fresh snapshots).
+      const bool counted = sub_counted_ && sub_total >= sub_bytes_at_step_;
+      const uint64_t all = counted ? sub_total - sub_bytes_at_step_ : 0;
+      sub_bytes_at_step_ = sub_total;
+      sub_counted_ = true;
+      if (clamping_ && tb_ && rtt_ &&
+          rho_ * (seconds(rtt_now_) + seconds(*tb_)) >= p.unused_fraction * w_) {
+        sub_->report_active(now, sub_epoch_);
+      }
+      if (all > own && sub_->has_sample()) {
+        const double share = static_cast<double>(own) / static_cast<double>(all);
+        const double equal = 1.0 / static_cast<double>(sub_->active(now));
+        const double mine = (1.0 - p.share_equalize) * share + p.share_equalize * equal;
+        rho_ = std::min(rho_, mine * sub_->rate(now, iv));
+      }
     }
   }
 

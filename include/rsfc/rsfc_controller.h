@@ -171,6 +171,7 @@ class UplinkRegulator {
     sub_ = s;
     own_bytes_at_step_ = rate_.total_bytes();
     sub_bytes_at_step_ = s ? s->total_bytes() : 0;
+    sub_counted_ = s != nullptr;
   }
   const SubscriberUplink* subscriber() const { return sub_; }
 
@@ -262,6 +263,7 @@ class UplinkRegulator {
   uint64_t own_bytes_at_step_ = 0;  // rate_.total_bytes() at the previous step
   uint64_t sub_bytes_at_step_ = 0;  // sub_->total_bytes() at the previous step
   int64_t sub_epoch_ = -1;          // SubscriberUplink::report_active bookkeeping
+  bool sub_counted_ = false;        // sub_bytes_at_step_ is from the previous step
   double rho_at_monitor_ = 0;       // rho when the drain began
   uint32_t edge_max_ = 0;
   uint32_t ack_max_ = 0;
