@@ -355,10 +355,9 @@ void Engine::join_subscriber(uint32_t idx) {
   IpAddr a;
   a.family = f.key.family;
   a.bytes = f.key.sub_addr;
-  const uint32_t before = subscribers_->size();
   r.subscriber = subscribers_->acquire(a, flows_->hash(k));
   if (r.subscriber == SubscriberTable::kNone) return;  // cannot happen: one entry per flow
-  if (subscribers_->size() > before) counters_.rsfc_subscribers_created.add();
+  if (subscribers_->refs(r.subscriber) == 1) counters_.rsfc_subscribers_created.add();
   r.up.attach(&subscribers_->at(r.subscriber));
   counters_.rsfc_subscribers.set(subscribers_->size());
 }

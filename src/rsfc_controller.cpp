@@ -373,16 +373,15 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
     // Only a flow that delivered something since its previous step reads the shared entry
     // (a download's ACK-only flow or an idle one never does: no cache miss per step); after
     // such a gap the snapshots start afresh and the cap waits a step.
+    // Both totals only grow while this flow stays attached (attach() takes fresh snapshots).
     const uint64_t own_total = rate_.total_bytes();
-    const uint64_t own = own_total >= own_bytes_at_step_ ? own_total - own_bytes_at_step_ : 0;
+    const uint64_t own = own_total - own_bytes_at_step_;
     own_bytes_at_step_ = own_total;
     if (own == 0) {
       sub_counted_ = false;
     } else {
       const uint64_t sub_total = sub_->total_bytes();
-      // Both only grow while this flow stays attached (attach() takes fresh snapshots).
-      const bool counted = sub_counted_ && sub_total >= sub_bytes_at_step_;
-      const uint64_t all = counted ? sub_total - sub_bytes_at_step_ : 0;
+      const uint64_t all = sub_counted_ ? sub_total - sub_bytes_at_step_ : 0;
       sub_bytes_at_step_ = sub_total;
       sub_counted_ = true;
       if (clamping_ && tb_ && rtt_ &&

@@ -4,12 +4,6 @@
 
 namespace rsfc {
 
-namespace {
-bool same(const IpAddr& a, const IpAddr& b) {
-  return a.family == b.family && a.bytes == b.bytes;
-}
-}  // namespace
-
 SubscriberTable::SubscriberTable(uint32_t capacity)
     : entries_(capacity),
       buckets_(std::bit_ceil(std::max<uint64_t>(2 * uint64_t{capacity}, 8)), 0),
@@ -24,7 +18,7 @@ uint32_t SubscriberTable::acquire(const IpAddr& addr, uint32_t hash) {
     const uint32_t slot = buckets_[b];
     if (slot == 0) break;
     Entry& e = entries_[slot - 1];
-    if (e.hash == hash && same(e.addr, addr)) {
+    if (e.hash == hash && e.addr == addr) {
       ++e.refs;
       return slot - 1;
     }

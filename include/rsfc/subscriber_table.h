@@ -27,7 +27,6 @@ class SubscriberTable {
   SubscriberUplink& at(uint32_t idx) { return entries_[idx].up; }
   uint32_t refs(uint32_t idx) const { return entries_[idx].refs; }
   uint32_t size() const { return size_; }
-  uint32_t capacity() const { return static_cast<uint32_t>(entries_.size()); }
   static size_t bytes_per_entry() { return sizeof(Entry) + 3 * sizeof(uint32_t); }
 
  private:
