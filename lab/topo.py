@@ -279,16 +279,20 @@ class Topology:
         return InNetns(self.ns(role))
 
     # ---- gateway -----------------------------------------------------------------
-    def nfqueue_rules(self, queue_nums=(0,), v6: bool = True, proto: str = "tcp") -> None:
-        """FORWARD -p PROTO -j NFQUEUE --queue-num N (--queue-balance A:B) --queue-bypass."""
+    def nfqueue_rules(self, queue_nums=(0,), v6: bool = True, proto: str = "tcp",
+                      balance: str = "kernel") -> None:
+        """conf/rsfcd-iptables.sh's rules for the packets crossing ran0: NFQUEUE --queue-num N
+        or, for a range, --queue-balance A:B (balance="kernel") or one queue per subscriber
+        address (balance="subscriber"); --queue-bypass."""
         q = sorted(queue_nums)
         if len(q) == 1:
             spec = str(q[0])
         else:
             if q != list(range(q[0], q[-1] + 1)):
-                raise ValueError("--queue-balance needs a contiguous range of queues")
+                raise ValueError("a queue range must be contiguous")
             spec = f"{q[0]}:{q[-1]}"
-        self.node_script("gw", "gateway.sh", spec, proto,
+        args = (spec, proto) if balance == "kernel" else (spec, proto, balance)
+        self.node_script("gw", "gateway.sh", *args,
                          env={"RSFC_FAMILIES": "4 6" if v6 else "4"})
 
     def flush_nfqueue_rules(self) -> None:

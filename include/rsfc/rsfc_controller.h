@@ -96,7 +96,8 @@
 // first drain (to the floor, at the first min_refresh boundary) empties the buffer; two to six
 // simultaneous uploads keep 46-80 ms of mean queue (3.6 s unregulated; 113-153 ms with each
 // flow on its own rate) - not under T. The shared rate is per rsfcd worker: flows of one
-// subscriber spread over several NFQUEUE workers each see only their worker's part.
+// subscriber spread over several NFQUEUE workers each see only their worker's part
+// (conf/rsfcd-iptables.sh's subscriber balancing keeps them on one).
 // Timestamp-less flows cannot tell their uplink queue from a download's downlink queue; they
 // are regulated, more loosely.
 #pragma once

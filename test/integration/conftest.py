@@ -137,15 +137,17 @@ def wire(lab, artifacts):
 
 @pytest.fixture
 def rsfcd(lab, artifacts, prerequisites):
-    """Factory: rsfcd(config_overrides, queues=[0], proto="tcp") installs the NFQUEUE rules
-    and starts the daemon in gw; returns a topo.Daemon (stopped at teardown)."""
+    """Factory: rsfcd(config_overrides, queues=[0], proto="tcp", balance="kernel") installs the
+    NFQUEUE rules (conf/rsfcd-iptables.sh) and starts the daemon in gw; returns a topo.Daemon
+    (stopped at teardown)."""
     started = []
 
-    def start(config: dict | None = None, queues=(0,), proto: str = "tcp", rules: bool = True):
+    def start(config: dict | None = None, queues=(0,), proto: str = "tcp", rules: bool = True,
+              balance: str = "kernel"):
         cfg = dict(config or {})
         cfg.setdefault("queues", list(queues))
         if rules:
-            lab.nfqueue_rules(list(queues), proto=proto)
+            lab.nfqueue_rules(list(queues), proto=proto, balance=balance)
         d = topo_mod.Daemon(lab, cfg, binary=prerequisites, start=False)
         artifacts.daemons.append(d)
         artifacts.add("rsfcd config", d.config_path)

@@ -1,10 +1,16 @@
-"""Two NFQUEUE queues with --queue-balance (hash of the addresses): both workers get
-packets, both regulate their flows, and /metrics counts per queue."""
+"""Several NFQUEUE queues, rules from conf/rsfcd-iptables.sh: with --queue-balance (a hash
+of both addresses) both workers get packets and regulate their flows; with subscriber
+balancing every flow of one phone reaches one worker (so its uploads share one
+per-subscriber state), the worker the phone's address names, and different phones spread
+over the workers."""
 
+import ipaddress
 import math
+import subprocess
+from pathlib import Path
 
 from helpers import static_cfg
-from wire import PH4, PHANTOM_MAC, Conn, check_window
+from wire import PH4, PH6, PHANTOM_MAC, Conn, check_window
 
 N_SERVERS = 16
 
@@ -25,3 +31,78 @@ def test_two_queues_balance(lab, wire, rsfcd):
     assert all(n > 0 for n in per_queue.values()), f"one worker got nothing: {per_queue}"
     assert m.value("rsfcd_windows_rewritten_total") == N_SERVERS
     assert m.value("rsfcd_flows_created_total") == N_SERVERS
+
+
+def rsfc_cfg() -> dict:
+    return {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "off"},
+            "rsfc": {"per_subscriber": True}}
+
+
+def per_queue(d, name: str, queues) -> dict:
+    m = d.metrics()
+    return {q: m.value(name, queue=str(q)) for q in queues}
+
+
+def test_subscriber_balance_keeps_a_phone_on_one_worker(lab, wire, rsfcd):
+    queues = (0, 1, 2)
+    d = rsfcd(rsfc_cfg(), queues=queues, balance="subscriber")
+    # One phone (v4 and v6) to 16 servers: every packet on the queue its address names
+    # (the key is the address's low 6 bits for IPv4, the /64 prefix's for IPv6; bucket k
+    # goes to queue k mod 3), and one subscriber entry per address for all its flows.
+    for v6, phone in ((False, PH4), (True, PH6)):
+        key = int(ipaddress.ip_address(phone)) >> (64 if v6 else 0)
+        want_q = (key & 63) % len(queues)
+        before = per_queue(d, "rsfcd_packets_total", queues)
+        for i in range(N_SERVERS):
+            srv = f"2001:2:0:2::{100 + i:x}" if v6 else f"198.19.0.{100 + i}"
+            lab.phantom("srv", srv, PHANTOM_MAC)
+            c = Conn(wire, v6=v6, srv_addr=srv, phone_addr=phone)
+            c.handshake()
+            c.to_phone(ack_off=0, window=0xFFFF)
+        after = per_queue(d, "rsfcd_packets_total", queues)
+        delta = {q: after[q] - before[q] for q in queues}
+        assert delta == {q: (4 * N_SERVERS if q == want_q else 0) for q in queues}, \
+            f"{phone}: packets per queue {delta}, all expected on queue {want_q}"
+    created = per_queue(d, "rsfcd_rsfc_subscribers_created_total", queues)
+    assert sum(created.values()) == 2, f"one subscriber entry per phone address: {created}"
+    assert d.metrics().value("rsfcd_flows_created_total") == 2 * N_SERVERS
+
+    # Twelve phones to one server: each phone's packets on one queue, the one its address
+    # names, and all three queues in use.
+    lab.phantom("srv", "198.19.0.200", PHANTOM_MAC)
+    used = set()
+    for i in range(12):
+        phone = f"198.18.0.{100 + i}"
+        lab.phantom("phone", phone, PHANTOM_MAC)
+        want_q = ((100 + i) & 63) % len(queues)
+        before = per_queue(d, "rsfcd_packets_total", queues)
+        c = Conn(wire, srv_addr="198.19.0.200", phone_addr=phone)
+        c.handshake()
+        c.to_phone(ack_off=0, window=0xFFFF)
+        after = per_queue(d, "rsfcd_packets_total", queues)
+        delta = {q: after[q] - before[q] for q in queues}
+        assert delta == {q: (4 if q == want_q else 0) for q in queues}, \
+            f"{phone}: packets per queue {delta}, all expected on queue {want_q}"
+        used.add(want_q)
+    assert used == set(queues)
+
+
+def test_iptables_script_refuses_bad_options():
+    """Bad options are refused with a clear line before any rule is touched."""
+    script = Path(__file__).resolve().parents[2] / "conf" / "rsfcd-iptables.sh"
+    cases = [
+        (["-q", "0:1", "-b", "subscriber"], "-b subscriber needs -i or -p"),
+        (["-q", "0:1", "-b", "subscriber", "-i", "ran0", "-p", "10.0.0.0/8"],
+         "-b subscriber takes -i or -p, not both"),
+        (["-q", "0:1", "-b", "fast", "-i", "ran0"], "bad -b 'fast'"),
+        (["-q", "0:300", "-i", "ran0"], "at most 256 queues"),
+        (["-q", "1:0"], "bad -q '1:0'"),
+        (["-P", "udp"], "bad -P 'udp'"),
+        (["-p", "10.0.0.0/8;reboot"], "bad prefix"),
+    ]
+    for args, want in cases:
+        r = subprocess.run(["sh", str(script), "add", *args], capture_output=True, text=True,
+                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                                "IPTABLES": "/bin/false", "IP6TABLES": "/bin/false"})
+        assert r.returncode != 0, args
+        assert want in r.stderr, (args, r.stderr)
