@@ -53,7 +53,7 @@ for f in $FAMILIES; do
 done
 
 usage() {
-  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -174,10 +174,10 @@ key_tests() {
     6/dst) off=28 ;;
   esac
   if [ $((NQ & (NQ - 1))) -eq 0 ]; then
-    i=0
-    while [ "$i" -lt "$NQ" ]; do
-      echo "$((QFIRST + i)) $off&$((NQ - 1))=$i"
-      i=$((i + 1))
+    qi=0
+    while [ "$qi" -lt "$NQ" ]; do
+      echo "$((QFIRST + qi)) $off&$((NQ - 1))=$qi"
+      qi=$((qi + 1))
     done
     return
   fi
@@ -186,9 +186,9 @@ key_tests() {
   # than one bucket above its share (N = 3: 22/21/21).
   buckets=64
   [ "$NQ" -le 64 ] || buckets=256
-  i=0
-  while [ "$i" -lt "$NQ" ]; do
-    k=$i
+  qi=0
+  while [ "$qi" -lt "$NQ" ]; do
+    k=$qi
     vals=""
     n=0
     while [ "$k" -lt "$buckets" ]; do
@@ -196,13 +196,13 @@ key_tests() {
       n=$((n + 1))
       k=$((k + NQ))
       if [ "$n" -eq 10 ]; then
-        echo "$((QFIRST + i)) $off&$((buckets - 1))=$vals"
+        echo "$((QFIRST + qi)) $off&$((buckets - 1))=$vals"
         vals=""
         n=0
       fi
     done
-    [ -z "$vals" ] || echo "$((QFIRST + i)) $off&$((buckets - 1))=$vals"
-    i=$((i + 1))
+    [ -z "$vals" ] || echo "$((QFIRST + qi)) $off&$((buckets - 1))=$vals"
+    qi=$((qi + 1))
   done
 }
 
