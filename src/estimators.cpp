@@ -252,6 +252,13 @@ std::optional<Nanos> UplinkDelayEstimator::filtered(Nanos now, Nanos filter) con
   return s->value;
 }
 
+std::optional<Nanos> UplinkDelayEstimator::min_delay(Nanos now, Nanos horizon) const {
+  if (!has_ref_ || dmin_.empty()) return std::nullopt;
+  const auto m = dmin_.get(now, horizon);
+  if (!m) return std::nullopt;
+  return m->value;
+}
+
 void UplinkDelayEstimator::raise_baseline(Nanos now, Nanos by) {
   if (!has_ref_ || dmin_.empty() || by <= 0) return;
   // Stamp the new minimum `now`: it then ages like a fresh sample.

@@ -213,6 +213,8 @@ void UplinkRegulator::restart_drain_measurement() {
   monitor_steps_ = 0;
   path_first_min_ = -1;
   path_second_min_ = -1;
+  path_first_floor_.reset();
+  path_second_floor_.reset();
 }
 
 double UplinkRegulator::monitor_min_tb() const {
@@ -282,7 +284,12 @@ UplinkRegulator::PathCheck UplinkRegulator::path_check(Nanos now, double T,
   if (span < p.path_check || path_second_min_ < 0) return PathCheck::kWait;
   const double tol =
       std::max(2.0 * delay_.tick().ns_per_tick(), static_cast<double>(p.path_tolerance));
-  if (path_second_min_ < path_first_min_ - tol) return PathCheck::kNo;
+  // The floor is the one-way delay's (t_buff + min(d)): an old minimum that ages out during
+  // the check raises min(d) and lowers t_buff by as much, which is no queue draining.
+  const bool floors = path_first_floor_ && path_second_floor_;
+  const double first = floors ? static_cast<double>(*path_first_floor_) : path_first_min_;
+  const double second = floors ? static_cast<double>(*path_second_floor_) : path_second_min_;
+  if (second < first - tol) return PathCheck::kNo;
   const double delivered =
       static_cast<double>(static_cast<uint32_t>(rate_.highest_end() - path_end_));
   return delivered < p.path_foreign_rate * rho_at_monitor_ * seconds(span) ? PathCheck::kLonger
@@ -432,12 +439,15 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
       return true;
 
     case RsfcState::kSlow: {
-      if (tb > T + slack) {
-        enter_fast(p);
-        return true;
-      }
+      // The boundary first: the step that crosses it is the only one that sees it due, and a
+      // flow that went to the fast state there would skip the scheduled drain (and with it
+      // the path check) for a whole period.
       if (sending && refresh_due(now, prev_step, p)) {
         enter_monitor(now, p, true);
+        return true;
+      }
+      if (tb > T + slack) {
+        enter_fast(p);
         return true;
       }
       const double prev = w_;
@@ -507,8 +517,14 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         path_since_ = now;
         path_end_ = rate_.highest_end();
       }
-      double& half = now - path_since_ < p.path_check / 2 ? path_first_min_ : path_second_min_;
+      const bool first_half = now - path_since_ < p.path_check / 2;
+      double& half = first_half ? path_first_min_ : path_second_min_;
       if (half < 0 || tb < half) half = tb;
+      if (const auto md = ts_ ? delay_.min_delay(now, hz) : std::nullopt) {
+        auto& floor = first_half ? path_first_floor_ : path_second_floor_;
+        const Nanos level = *tb_ + *md;
+        if (!floor || level < *floor) floor = level;
+      }
       if (monitor_steps_ < p.monitor_steps) ++monitor_steps_;
       if (monitor_steps_ >= p.monitor_steps) {
         const PathCheck path = ts_ ? path_check(now, T, p) : PathCheck::kNo;

@@ -359,6 +359,31 @@ TEST(RsfcController, ScheduledDrainTellsALongerPathFromAQueue) {
   EXPECT_EQ(s.reg().path_rebaselines(), 1u);
 }
 
+TEST(RsfcController, LongerPathIsRecognisedWhileTheOldMinimumAgesOut) {
+  // As above, with the default 10 s horizon and a short standing queue (20 ms) between the
+  // last empty buffer (6.5 s) and the longer path (8 s). The drain at 15 s checks the path
+  // while the empty-buffer samples age out (about 16.3 s): min(d) rises by 20 ms and t_buff
+  // falls by as much without any queue draining. The check must judge the floor of the
+  // one-way delay, not of t_buff, or it reads the age-out as a queue of the flow's own that
+  // shrinks, refuses, and the flow waits until the 20 ms samples age out too (17.6 s).
+  // (Lab, session 6: the 3G delay step kept 36 % of the upload in its 240 ms phase.)
+  PathModel m;
+  m.window_limited = true;
+  Script s(m);
+  s.handshake();
+  s.send(ms(6300), kRate, constant(0));
+  s.send(ms(1500), kRate, constant(ms(20)));
+  s.send(12 * kSecond, kRate, constant(ms(150)));
+  Nanos recognised = 0;
+  for (const Decision& d : s.log()) {
+    if (d.t < 9 * kSecond || !d.t_buff) continue;
+    if (recognised == 0 && *d.t_buff < ms(20)) recognised = d.t;
+  }
+  EXPECT_GT(recognised, 15 * kSecond);  // not before the boundary ...
+  EXPECT_LT(recognised, ms(17200));     // ... and at the end of its 1 s check
+  EXPECT_EQ(s.reg().path_rebaselines(), 1u);
+}
+
 TEST(RsfcController, ScheduledDrainConfirmsTheMinimumAndRestoresTheWindow) {
   Script s;
   s.handshake();

@@ -320,6 +320,10 @@ class UplinkDelayEstimator {
   // Filtered t_buff: min of the raw t_buff samples of the last `filter` (nullopt if none).
   std::optional<Nanos> filtered(Nanos now, Nanos filter) const;
   std::optional<Nanos> last_raw() const { return last_raw_; }
+  // The current min(d), on the estimator's own reference (only differences mean anything:
+  // t_buff + min_delay() is the one-way delay's level, which an aging minimum leaves alone);
+  // nullopt before the first sample.
+  std::optional<Nanos> min_delay(Nanos now, Nanos horizon) const;
   // Last time a sample was within max(kConfirmFloor, g) of the minimum (or set a new one):
   // evidence that the buffer was empty then and min(d) is current.
   Nanos min_confirmed_at() const { return confirmed_at_; }

@@ -257,6 +257,10 @@ class UplinkRegulator {
   // start, and the highest data end then.
   double path_first_min_ = -1;
   double path_second_min_ = -1;
+  // The same halves' lowest one-way delay level, t_buff + min(d) (timestamps only): min(d)
+  // may age out during the check, which lowers t_buff without any queue draining.
+  std::optional<Nanos> path_first_floor_;
+  std::optional<Nanos> path_second_floor_;
   Nanos path_since_ = 0;
   uint32_t path_end_ = 0;
   uint32_t path_rebaselines_ = 0;
