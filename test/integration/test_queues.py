@@ -6,6 +6,7 @@ over the workers."""
 
 import ipaddress
 import math
+import os
 import subprocess
 from pathlib import Path
 
@@ -106,3 +107,34 @@ def test_iptables_script_refuses_bad_options():
                                 "IPTABLES": "/bin/false", "IP6TABLES": "/bin/false"})
         assert r.returncode != 0, args
         assert want in r.stderr, (args, r.stderr)
+
+
+def test_iptables_script_upgrades_and_removes_its_jumps():
+    """In a scratch namespace: `add` replaces an older TCP-only jump to the chain with one
+    protocol-free jump (and stays idempotent), `del` leaves FORWARD and the chain list as
+    they were."""
+    script = Path(__file__).resolve().parents[2] / "conf" / "rsfcd-iptables.sh"
+    ns = f"rsfc-ipt-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        def run(*argv):
+            return subprocess.run(["ip", "netns", "exec", ns, *argv], check=True,
+                                  capture_output=True, text=True).stdout
+
+        for ipt in ("iptables-legacy", "ip6tables-legacy"):
+            run(ipt, "-N", "RSFCD")
+            run(ipt, "-I", "FORWARD", "1", "-p", "tcp", "-j", "RSFCD")  # an older install
+        run("sh", str(script), "add", "-q", "0:3", "-i", "ran0")
+        run("sh", str(script), "add", "-q", "0:3", "-i", "ran0")
+        for ipt in ("iptables-legacy", "ip6tables-legacy"):
+            fwd = [r for r in run(ipt, "-S", "FORWARD").splitlines() if "RSFCD" in r]
+            assert fwd == ["-A FORWARD -j RSFCD"], (ipt, fwd)
+            rules = run(ipt, "-S", "RSFCD").splitlines()
+            # 4 queues: a power of two, one rule per queue and direction, plus the
+            # subscriber-to-subscriber rule.
+            assert len([r for r in rules if "--u32" in r]) == 8, rules
+        run("sh", str(script), "del")
+        for ipt in ("iptables-legacy", "ip6tables-legacy"):
+            assert "RSFCD" not in run(ipt, "-S"), ipt
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
