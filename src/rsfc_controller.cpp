@@ -285,11 +285,12 @@ UplinkRegulator::PathCheck UplinkRegulator::path_check(Nanos now, double T,
   const double tol =
       std::max(2.0 * delay_.tick().ns_per_tick(), static_cast<double>(p.path_tolerance));
   // The floor is the one-way delay's (t_buff + min(d)): an old minimum that ages out during
-  // the check raises min(d) and lowers t_buff by as much, which is no queue draining.
-  const bool floors = path_first_floor_ && path_second_floor_;
-  const double first = floors ? static_cast<double>(*path_first_floor_) : path_first_min_;
-  const double second = floors ? static_cast<double>(*path_second_floor_) : path_second_min_;
-  if (second < first - tol) return PathCheck::kNo;
+  // the check raises min(d) and lowers t_buff by as much, which is no queue draining. (Both
+  // halves have one whenever they have a t_buff: the check runs with timestamps only.)
+  if (!path_first_floor_ || !path_second_floor_ ||
+      static_cast<double>(*path_second_floor_) < static_cast<double>(*path_first_floor_) - tol) {
+    return PathCheck::kNo;
+  }
   const double delivered =
       static_cast<double>(static_cast<uint32_t>(rate_.highest_end() - path_end_));
   return delivered < p.path_foreign_rate * rho_at_monitor_ * seconds(span) ? PathCheck::kLonger
