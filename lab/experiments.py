@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import topo as topo_mod  # noqa: E402
 from scenarios import (OUT_DIR, SCENARIOS, _fmt, _percentile, payload_fraction,  # noqa: E402
-                       policy_config)
+                       check_policy, policy_config)
 from shaping import UPLINK_QUEUE, Direction, LinkSpec, Shaping, linkem_binary  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -1270,7 +1270,10 @@ def main(argv=None) -> int:
     if a.extra_policies:
         _EXTRA_POLICIES.extend(p.strip() for p in a.extra_policies.split(",") if p.strip())
         for p in _EXTRA_POLICIES:
-            policy_config(p)  # reject a bad policy before running anything
+            try:
+                check_policy(p)  # reject a bad policy before running anything
+            except ValueError as e:
+                ap.error(str(e))
     if a.duration and a.warmup and a.warmup >= a.duration:
         ap.error("--warmup must be shorter than --duration")
     topo_mod.require_root_and_tools(("ip", "iptables-legacy", "ip6tables-legacy", "sysctl", "tc",

@@ -30,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -76,6 +77,23 @@ SCENARIOS = {
 DEFAULT_POLICIES = "off,static:8192,static:32768,rsfc"
 
 
+def _overrides(text: str) -> dict:
+    """"key=value;key=value" -> {key: number, true/false or string} (a policy's [...] part)."""
+    params = {}
+    for kv in filter(None, text.split(";")):
+        k, _, v = kv.partition("=")
+        k, v = k.strip(), v.strip()
+        if v in ("true", "false"):
+            params[k] = v == "true"
+            continue
+        try:
+            num = float(v)
+            params[k] = int(num) if num.is_integer() and "." not in v else num
+        except ValueError:
+            params[k] = v  # "auto", a path
+    return params
+
+
 def policy_config(policy: str) -> dict | None:
     """rsfcd config (merged over topo.DEFAULT_CONFIG) for an uplink policy; None = no daemon."""
     if policy == "none":
@@ -88,21 +106,37 @@ def policy_config(policy: str) -> dict | None:
         return {"uplink": {"policy": policy}, "downlink": down}
     if policy == "rsfc+drwa":  # both knobs: RSFC on the uplink, DRWA on the downlink
         return {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"}}
+    if policy.startswith("rsfc+drwa[") and policy.endswith("]"):
+        # both knobs with DRWA parameter overrides, e.g. "rsfc+drwa[lambda=2]"; keys
+        # "rsfc.KEY" override rsfc's
+        kv = _overrides(policy[10:-1])
+        return {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"},
+                "drwa": {k: v for k, v in kv.items() if not k.startswith("rsfc.")},
+                "rsfc": {k[5:]: v for k, v in kv.items() if k.startswith("rsfc.")}}
     if policy.startswith("rsfc[") and policy.endswith("]"):
         # rsfc with parameter overrides, e.g. "rsfc[fast_target=1.5;drain_fraction=0.9]"
-        params = {}
-        for kv in filter(None, policy[5:-1].split(";")):
-            k, _, v = kv.partition("=")
-            k, v = k.strip(), v.strip()
-            try:
-                num = float(v)
-                params[k] = int(num) if num.is_integer() and "." not in v else num
-            except ValueError:
-                params[k] = v  # "auto", a path
-        return {"uplink": {"policy": "rsfc"}, "downlink": down, "rsfc": params}
+        return {"uplink": {"policy": "rsfc"}, "downlink": down, "rsfc": _overrides(policy[5:-1])}
     raise ValueError(f"unknown policy {policy!r} "
-                     "(none, off, observe, static:BYTES, rsfc, rsfc[key=value/...])")
+                     "(none, off, observe, static:BYTES, rsfc, rsfc[key=value;...], rsfc+drwa, "
+                     "rsfc+drwa[key=value;...])")
 
+
+
+def check_policy(policy: str) -> None:
+    """Rejects a bad policy before anything runs: ValueError for a string policy_config does
+    not know, and, when the rsfcd binary is built, for a configuration rsfcd --check-config
+    refuses (a misspelt override key would otherwise end a long run with a failed start)."""
+    cfg = policy_config(policy)
+    binary = topo_mod.rsfcd_binary()
+    if cfg is None or not binary.exists():
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        f.write(topo_mod.to_yaml(topo_mod.deep_merge(topo_mod.DEFAULT_CONFIG, cfg)))
+        f.flush()
+        r = subprocess.run([str(binary), "--check-config", f.name], capture_output=True,
+                           text=True, timeout=10)
+    if r.returncode != 0:
+        raise ValueError(f"policy {policy!r}: {(r.stdout + r.stderr).strip()}")
 
 # ---- one test -------------------------------------------------------------------------
 @dataclass
@@ -547,7 +581,7 @@ def run_scenario(scenario: Scenario, policies: list[str], duration: float, warmu
                  engine: str = "tbf", kinds=("dl", "ul", "both"), log=print):
     results: dict[str, dict[str, TestResult]] = {}
     for policy in policies:
-        policy_config(policy)  # reject a bad policy before running anything
+        check_policy(policy)  # reject a bad policy before running anything
     for policy in policies:
         results[policy] = {}
         for kind in kinds:
@@ -601,6 +635,11 @@ def main(argv=None) -> int:
         return 1 if v["errors"] else 0
     policies = [p.strip() for p in a.policies.split(",") if p.strip()]
     kinds = tuple(k.strip() for k in a.kinds.split(",") if k.strip())
+    for p in policies:
+        try:
+            check_policy(p)
+        except ValueError as e:
+            ap.error(str(e))
     results = run_scenario(scenario, policies, a.duration, a.warmup, engine=a.engine,
                            kinds=kinds, log=log)
     summary = summarize(scenario, results)

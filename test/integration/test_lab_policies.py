@@ -1,0 +1,60 @@
+"""The lab's policy strings (lab/scenarios.py policy_config, used by scenarios.py and
+experiments.py): each becomes the rsfcd configuration it names, and rsfcd --check-config
+accepts it; an override with a misspelt key reaches the daemon and is refused there, so a
+lab run never silently measures the defaults instead."""
+
+import subprocess
+
+import pytest
+
+from scenarios import policy_config
+from topo import DEFAULT_CONFIG, deep_merge, to_yaml
+
+
+def _check(binary, tmp_path, cfg):
+    path = tmp_path / "rsfcd.yaml"
+    path.write_text(to_yaml(deep_merge(DEFAULT_CONFIG, cfg)))
+    r = subprocess.run([str(binary), "--check-config", str(path)], capture_output=True,
+                       text=True, timeout=10)
+    return r.returncode, (r.stdout + r.stderr).strip()
+
+
+CASES = [
+    ("off", {"uplink": {"policy": "off"}, "downlink": {"policy": "off"}}),
+    ("static:65536", {"uplink": {"policy": "static", "static_window_bytes": 65536},
+                      "downlink": {"policy": "off"}}),
+    ("rsfc", {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "off"}}),
+    ("rsfc[threshold_ms=auto;fast_target=1.5;per_subscriber=false;monitor_steps=3]",
+     {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "off"},
+      "rsfc": {"threshold_ms": "auto", "fast_target": 1.5, "per_subscriber": False,
+               "monitor_steps": 3}}),
+    ("rsfc+drwa", {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"}}),
+    ("rsfc+drwa[lambda=4;alpha=0.5;rsfc.threshold_ms=20]",
+     {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"},
+      "drwa": {"lambda": 4, "alpha": 0.5}, "rsfc": {"threshold_ms": 20}}),
+]
+
+
+@pytest.mark.parametrize("policy,expected", CASES, ids=[c[0] for c in CASES])
+def test_policy_string_becomes_an_accepted_config(prerequisites, tmp_path, policy, expected):
+    cfg = policy_config(policy)
+    assert cfg == expected
+    code, msg = _check(prerequisites, tmp_path, cfg)
+    assert code == 0, msg
+
+
+@pytest.mark.parametrize("policy,word", [
+    ("rsfc[fast_targe=1.5]", "fast_targe"),
+    ("rsfc+drwa[lamda=4]", "lamda"),
+    ("rsfc+drwa[rsfc.threshold=20]", "threshold"),
+])
+def test_misspelt_override_is_refused_by_the_daemon(prerequisites, tmp_path, policy, word):
+    code, msg = _check(prerequisites, tmp_path, policy_config(policy))
+    assert code == 2 and word in msg, msg
+
+
+def test_unknown_policy_is_refused_before_any_run():
+    assert policy_config("none") is None
+    for bad in ("turbo", "static:", "rsfc[", "drwa"):
+        with pytest.raises(ValueError):
+            policy_config(bad)
