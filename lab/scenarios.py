@@ -582,13 +582,17 @@ def run_scenario(scenario: Scenario, policies: list[str], duration: float, warmu
     results: dict[str, dict[str, TestResult]] = {}
     for policy in policies:
         check_policy(policy)  # reject a bad policy before running anything
+    seen: dict[str, int] = {}
     for policy in policies:
-        results[policy] = {}
+        # A policy listed again (side-by-side repeats) gets its own column: "rsfc #2".
+        seen[policy] = seen.get(policy, 0) + 1
+        label = policy if seen[policy] == 1 else f"{policy} #{seen[policy]}"
+        results[label] = {}
         for kind in kinds:
             t0 = time.monotonic()
             r = run_test(scenario, policy, kind, duration, warmup, engine=engine, log=log)
-            results[policy][kind] = r
-            log(f"  {scenario.name} {policy:>14} {kind:>4}: dl {_fmt(r.dl_mbps)} ul "
+            results[label][kind] = r
+            log(f"  {scenario.name} {label:>14} {kind:>4}: dl {_fmt(r.dl_mbps)} ul "
                 f"{_fmt(r.ul_mbps)} Mbit/s, RTT p50/p95 {_fmt(r.rtt_p50_ms, digits=0)}/"
                 f"{_fmt(r.rtt_p95_ms, digits=0)} ms ({time.monotonic() - t0:.0f} s)")
     return results

@@ -58,3 +58,27 @@ def test_unknown_policy_is_refused_before_any_run():
     for bad in ("turbo", "static:", "rsfc[", "drwa"):
         with pytest.raises(ValueError):
             policy_config(bad)
+
+
+def test_a_repeated_policy_gets_its_own_column(monkeypatch):
+    """Side-by-side repeats ("rsfc,static:65536,rsfc") are each kept and shown: the second
+    "rsfc" is "rsfc #2", run with rsfc's configuration, and the table has three columns."""
+    import scenarios
+
+    ran = []
+
+    def fake_run_test(scenario, policy, kind, duration, warmup, engine="tbf", log=print):
+        ran.append(policy)
+        return scenarios.TestResult(policy=policy, kind=kind, dl_mbps=6.0 + len(ran),
+                                    ul_mbps=1.5, rtt_p50_ms=300, rtt_p95_ms=340)
+
+    monkeypatch.setattr(scenarios, "run_test", fake_run_test)
+    monkeypatch.setattr(scenarios, "check_policy", lambda p: None)
+    sc = scenarios.SCENARIOS["3g"]
+    results = scenarios.run_scenario(sc, ["rsfc", "static:65536", "rsfc"], 40, 10,
+                                     kinds=("both",), log=lambda m: None)
+    assert list(results) == ["rsfc", "static:65536", "rsfc #2"]
+    assert ran == ["rsfc", "static:65536", "rsfc"]
+    assert results["rsfc"]["both"].dl_mbps == 7.0 and results["rsfc #2"]["both"].dl_mbps == 9.0
+    table = scenarios.format_table(sc, scenarios.summarize(sc, results), 40, 10)
+    assert "rsfc #2" in table and "9.00" in table and "7.00" in table
