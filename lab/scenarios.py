@@ -121,7 +121,6 @@ def policy_config(policy: str) -> dict | None:
                      "rsfc+drwa[key=value;...])")
 
 
-
 def check_policy(policy: str) -> None:
     """Rejects a bad policy before anything runs: ValueError for a string policy_config does
     not know, and, when the rsfcd binary is built, for a configuration rsfcd --check-config
@@ -137,6 +136,7 @@ def check_policy(policy: str) -> None:
                            text=True, timeout=10)
     if r.returncode != 0:
         raise ValueError(f"policy {policy!r}: {(r.stdout + r.stderr).strip()}")
+
 
 # ---- one test -------------------------------------------------------------------------
 @dataclass
@@ -581,7 +581,8 @@ def run_scenario(scenario: Scenario, policies: list[str], duration: float, warmu
                  engine: str = "tbf", kinds=("dl", "ul", "both"), log=print):
     results: dict[str, dict[str, TestResult]] = {}
     for policy in policies:
-        check_policy(policy)  # reject a bad policy before running anything
+        policy_config(policy)  # reject an unknown policy before running anything (main()
+        # has also had rsfcd check each configuration)
     seen: dict[str, int] = {}
     for policy in policies:
         # A policy listed again (side-by-side repeats) gets its own column: "rsfc #2".

@@ -73,7 +73,6 @@ def test_a_repeated_policy_gets_its_own_column(monkeypatch):
                                     ul_mbps=1.5, rtt_p50_ms=300, rtt_p95_ms=340)
 
     monkeypatch.setattr(scenarios, "run_test", fake_run_test)
-    monkeypatch.setattr(scenarios, "check_policy", lambda p: None)
     sc = scenarios.SCENARIOS["3g"]
     results = scenarios.run_scenario(sc, ["rsfc", "static:65536", "rsfc"], 40, 10,
                                      kinds=("both",), log=lambda m: None)
