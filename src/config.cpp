@@ -526,6 +526,11 @@ const FieldTable<RsfcParams> kRsfcFields = {
     {"startup_growth", real_field(&RsfcParams::startup_growth, {1, 100})},
     {"per_subscriber", bool_field(&RsfcParams::per_subscriber)},
     {"share_equalize", real_field(&RsfcParams::share_equalize, {0, 1})},
+    {"probe_doublings", uint_field(&RsfcParams::probe_doublings, 0, 10)},
+    {"recut_fraction", real_field(&RsfcParams::recut_fraction, {0, 1, true, false})},
+    {"min_window_segments", uint_field(&RsfcParams::min_window_segments, 1, 64)},
+    {"lag_confirm_fraction", real_field(&RsfcParams::lag_confirm_fraction, {0, 1})},
+    {"refresh_holdoff", real_field(&RsfcParams::refresh_holdoff, {0, 1})},
 };
 
 const FieldTable<DrwaParams> kDrwaFields = {

@@ -106,7 +106,9 @@ void UplinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const Rs
     lag_filter_.update(now, *lag, lag_window(p));
     phone_ex_.add(static_cast<double>(*lag), p.rtt_gain);
     const auto base = phone_half_min_.get(now, horizon(p));
-    const Nanos tol = std::max(UplinkDelayEstimator::kConfirmFloor, base ? base->value / 10 : 0);
+    const Nanos tol = std::max(
+        UplinkDelayEstimator::kConfirmFloor,
+        base ? static_cast<Nanos>(p.lag_confirm_fraction * static_cast<double>(base->value)) : 0);
     if (base && *lag <= base->value + tol) {
       lag_confirmed_at_ = now;
       lag_confirmed_ = true;
@@ -201,7 +203,7 @@ double UplinkRegulator::bdp_plus_queue(Nanos rtt, const RsfcParams& p) const {
 void UplinkRegulator::fast_step(const RsfcParams& p) {
   const double target = std::max(bdp_plus_queue(*rtt_, p), min_window());
   if (target < w_) {
-    if (target < w_ * 0.9) {
+    if (target < w_ * p.recut_fraction) {
       cut_edge_ = edge_max_;  // in force once everything sent under the old edge is acked
       fast_steps_in_force_ = 0;
     }
@@ -304,7 +306,11 @@ bool UplinkRegulator::refresh_due(Nanos now, Nanos prev_step, const RsfcParams& 
   if (p.min_refresh <= 0) return false;
   const Nanos t = now + drain_phase_;
   const Nanos boundary = now - ((t % p.min_refresh) + p.min_refresh) % p.min_refresh;
-  if (prev_step >= boundary || now - evidence_since_ <= p.min_refresh / 2) return false;
+  if (prev_step >= boundary ||
+      now - evidence_since_ <=
+          static_cast<Nanos>(p.refresh_holdoff * static_cast<double>(p.min_refresh))) {
+    return false;
+  }
   // The first drain is unconditional: a flow that joined while its siblings kept a queue took
   // that queue for its minimum and "confirms" it all the time; only a drain of all of them
   // shows the truth. Once a drain has confirmed the minimum, a buffer that emptied on its own
@@ -331,6 +337,7 @@ uint32_t UplinkRegulator::startup_window(const RsfcParams& p) const {
 }
 
 bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
+  min_segments_ = p.min_window_segments;
   const Nanos hz = horizon(p);
   const auto srv = server_half_min_.get(now, hz);
   const auto ph = phone_half_min_.get(now, hz);
@@ -456,7 +463,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         // Each step adds at most probe_step_queue * T of queue should the link turn out to be
         // full; the allowance doubles with every further step that still finds the buffer
         // empty (decisive when far from capacity, careful near it).
-        const double streak = static_cast<double>(1u << std::min<uint32_t>(probe_streak_, 4));
+        const double streak = static_cast<double>(1u << std::min(probe_streak_, p.probe_doublings));
         const double step_cap = rho_ * p.probe_step_queue * seconds(T_) * streak;
         w_ += std::max(std::min(p.growth_per_rtt * w_, step_cap), mss);
         // The buffer is empty: the phone is window-limited. If the round trip grew (the

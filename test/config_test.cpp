@@ -129,6 +129,11 @@ rsfc:
   startup_growth: 1.5
   per_subscriber: false
   share_equalize: 0.25
+  probe_doublings: 0
+  recut_fraction: 1
+  min_window_segments: 4
+  lag_confirm_fraction: 0.3
+  refresh_holdoff: 0
 drwa: { alpha: 0.5, lambda: 2.25 }
 )");
   EXPECT_EQ(c.queues, (std::vector<uint16_t>{3, 1, 2}));
@@ -171,6 +176,11 @@ drwa: { alpha: 0.5, lambda: 2.25 }
   EXPECT_EQ(c.params.rsfc.startup_growth, 1.5);
   EXPECT_FALSE(c.params.rsfc.per_subscriber);
   EXPECT_EQ(c.params.rsfc.share_equalize, 0.25);
+  EXPECT_EQ(c.params.rsfc.probe_doublings, 0u);
+  EXPECT_EQ(c.params.rsfc.recut_fraction, 1.0);
+  EXPECT_EQ(c.params.rsfc.min_window_segments, 4u);
+  EXPECT_EQ(c.params.rsfc.lag_confirm_fraction, 0.3);
+  EXPECT_EQ(c.params.rsfc.refresh_holdoff, 0.0);
   EXPECT_EQ(c.params.drwa.alpha, 0.5);
   EXPECT_EQ(c.params.drwa.lambda, 2.25);
 }
@@ -293,6 +303,11 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.startup_growth, dp.rsfc.startup_growth);
   EXPECT_EQ(p.rsfc.per_subscriber, dp.rsfc.per_subscriber);
   EXPECT_EQ(p.rsfc.share_equalize, dp.rsfc.share_equalize);
+  EXPECT_EQ(p.rsfc.probe_doublings, dp.rsfc.probe_doublings);
+  EXPECT_EQ(p.rsfc.recut_fraction, dp.rsfc.recut_fraction);
+  EXPECT_EQ(p.rsfc.min_window_segments, dp.rsfc.min_window_segments);
+  EXPECT_EQ(p.rsfc.lag_confirm_fraction, dp.rsfc.lag_confirm_fraction);
+  EXPECT_EQ(p.rsfc.refresh_holdoff, dp.rsfc.refresh_holdoff);
   EXPECT_EQ(p.drwa.alpha, dp.drwa.alpha);
   EXPECT_EQ(p.drwa.lambda, dp.drwa.lambda);
 }
@@ -414,6 +429,14 @@ const BadCase kBadCases[] = {
     {"per_subscriber_list", "rsfc: { per_subscriber: [true] }\n", 1, "rsfc.per_subscriber",
      "expected true or false"},
     {"share_equalize_above_one", "rsfc: { share_equalize: 1.5 }\n", 1, "rsfc.share_equalize",
+     "out of range"},
+    {"probe_doublings_too_many", "rsfc: { probe_doublings: 11 }\n", 1, "rsfc.probe_doublings",
+     "out of range"},
+    {"recut_fraction_zero", "rsfc: { recut_fraction: 0 }\n", 1, "rsfc.recut_fraction",
+     "out of range"},
+    {"min_window_segments_zero", "rsfc: { min_window_segments: 0 }\n", 1,
+     "rsfc.min_window_segments", "out of range"},
+    {"refresh_holdoff_above_one", "rsfc: { refresh_holdoff: 2 }\n", 1, "rsfc.refresh_holdoff",
      "out of range"},
     {"min_window_too_small", "min_window_bytes: 1071\n", 1, "min_window_bytes",
      "must be between 1072 and 1073725440 (got 1071)"},

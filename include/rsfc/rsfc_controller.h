@@ -43,7 +43,8 @@
 //             trip, not after megabytes of autotuned server window are used up. Then the
 //             first window is the flow's current in-flight estimate rho * (RTT + t_buff).
 //   kSlow     t_buff < T_low (buffer empty: the link may have room): probe,
-//               W += min(growth_per_rtt * W, probe_step_queue * T * rho * 2^min(k, 4))
+//               W += min(growth_per_rtt * W, probe_step_queue * T * rho * 2^min(k,
+//               probe_doublings))
 //             with k the number of probe steps in a row before this one: growth
 //             proportional to the flow's own window, so N flows sharing one buffer grow
 //             together like one flow; the cap in queue-time units bounds the overshoot of a
@@ -216,7 +217,8 @@ class UplinkRegulator {
   double monitor_min_tb() const;  // < 0: no step in force yet
   enum class PathCheck : uint8_t { kNo, kWait, kLonger };
   PathCheck path_check(Nanos now, double T, const RsfcParams& p) const;
-  double min_window() const { return 2.0 * mss_; }
+  // min_window_segments MSS, as of the last control step.
+  double min_window() const { return static_cast<double>(min_segments_) * mss_; }
   bool cut_in_force() const { return !edge_known_ || !ack_known_ || seq_ge(ack_max_, cut_edge_); }
   Nanos confirmed_at() const { return ts_ ? delay_.min_confirmed_at() : lag_confirmed_at_; }
   bool has_confirmation() const { return ts_ ? delay_.has_min_confirmation() : lag_confirmed_; }
@@ -274,6 +276,7 @@ class UplinkRegulator {
   uint32_t ack_max_ = 0;
   uint32_t cut_edge_ = 0;
   uint32_t mss_ = kDefaultMss;
+  uint32_t min_segments_ = 2;  // RsfcParams::min_window_segments, taken at each step
   uint16_t fast_steps_in_force_ = 0;
   uint8_t monitor_steps_ = 0;
   uint32_t probe_streak_ = 0;      // consecutive probe steps that found the buffer empty
