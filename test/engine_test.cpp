@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <deque>
+#include <functional>
 
 #include "packet_builder.h"
+#include "rsfc/rsfc_controller.h"
 #include "rsfc/window.h"
 
 namespace rsfc {
@@ -372,12 +375,36 @@ class RecordingSink : public DecisionSink {
   std::vector<DecisionRecord> records;
 };
 
+struct AckSample {
+  Nanos at = 0;               // gateway time
+  uint32_t window_bytes = 0;  // as forwarded to the phone
+  bool modified = false;
+  std::array<uint64_t, kRsfcStates> in_state{};  // rsfc_flows_in_state after this ACK
+};
+
 struct OpenLoopResult {
-  uint64_t acks = 0, rewritten = 0;
+  std::vector<AckSample> acks;
+  uint64_t rewritten = 0;
   uint32_t last_window_bytes = 0;  // as forwarded to the phone
   uint64_t subscribers_created = 0;
   std::vector<DecisionRecord> records;
 };
+
+struct OpenLoop {
+  Nanos duration = 20 * kSecond;
+  bool timestamps = true;  // negotiated in the handshake and carried by every segment
+  uint16_t phone_port = 40000;
+  Nanos start = kSecond;  // gateway time of the phone's SYN
+  // Runs once, before the first server ACK at or after `hook_at` (since the SYN): a reload.
+  Nanos hook_at = -1;
+  std::function<void(Engine&)> hook{};
+};
+
+EngineParams rsfc_params(Policy uplink = Policy::kRsfc) {
+  EngineParams p = static_params(65535);
+  p.uplink.policy = uplink;
+  return p;
+}
 
 // A phone uploading open-loop at 2 Mbit/s into a buffer that fills (its queueing delay
 // rises 100 ms per second up to 1.5 s, then stays: a full drop-tail buffer), seen at the
@@ -385,15 +412,13 @@ struct OpenLoopResult {
 // server ACK that had reached it (20 ms after the gateway forwarded it); the server ACKs
 // every second segment with a large window. Checks the engine's plumbing of the RSFC
 // regulator end to end (the regulator's own behaviour is tested in regulator_test).
-OpenLoopResult run_open_loop_upload(Policy uplink, Nanos duration) {
-  EngineParams p = static_params(65535);
-  p.uplink.policy = uplink;
-  Engine e(16, p);
+OpenLoopResult run_open_loop_upload(Engine& e, const OpenLoop& o) {
   RecordingSink sink;
   e.set_decision_sink(&sink);
   const std::string phone = "198.18.0.2", server = "198.19.0.2";
   const uint8_t scale = 7;
   auto process = [&](TcpSpec s, Nanos at) {
+    s.timestamps = o.timestamps;
     std::vector<uint8_t> b = testpkt::build(s);
     PacketView in;
     EXPECT_EQ(parse_packet(b, in), ParseError::kNone);
@@ -404,10 +429,10 @@ OpenLoopResult run_open_loop_upload(Policy uplink, Nanos duration) {
     EXPECT_EQ(tcp_checksum(b, out), out.checksum);
     return std::pair{r, out};
   };
-  const Nanos t0 = kSecond;
+  const Nanos t0 = o.start;
   process({.src = phone,
            .dst = server,
-           .sport = 40000,
+           .sport = o.phone_port,
            .dport = 443,
            .seq = kPhoneIsn,
            .flags = tcpflag::kSyn,
@@ -415,13 +440,12 @@ OpenLoopResult run_open_loop_upload(Policy uplink, Nanos duration) {
            .mss = 1460,
            .wscale = scale,
            .sack_permitted = true,
-           .timestamps = true,
            .tsval = 1000},
           t0);
   process({.src = server,
            .dst = phone,
            .sport = 443,
-           .dport = 40000,
+           .dport = o.phone_port,
            .seq = kServerIsn,
            .ack = kPhoneIsn + 1,
            .flags = tcpflag::kSyn | tcpflag::kAck,
@@ -429,7 +453,6 @@ OpenLoopResult run_open_loop_upload(Policy uplink, Nanos duration) {
            .mss = 1460,
            .wscale = scale,
            .sack_permitted = true,
-           .timestamps = true,
            .tsval = 777,
            .tsecr = 1000},
           t0 + 2 * kMilli);
@@ -438,7 +461,8 @@ OpenLoopResult run_open_loop_upload(Policy uplink, Nanos duration) {
   const Nanos seg_gap = 1448 * kSecond / 250000;    // 2 Mbit/s
   std::deque<std::pair<Nanos, uint32_t>> to_phone;  // (reaches the phone at, server TSval)
   uint32_t server_ts = 777;
-  for (Nanos send = t0 + 42 * kMilli; send < t0 + duration; send += seg_gap) {
+  bool hooked = false;
+  for (Nanos send = t0 + 42 * kMilli; send < t0 + o.duration; send += seg_gap) {
     const Nanos queue = std::min<Nanos>((send - t0) / 10, 1500 * kMilli);
     while (!to_phone.empty() && to_phone.front().first <= send) {
       server_ts = to_phone.front().second;
@@ -448,12 +472,11 @@ OpenLoopResult run_open_loop_upload(Policy uplink, Nanos duration) {
     const uint32_t tsval = static_cast<uint32_t>(1000 + (send - t0) / kMilli);
     process({.src = phone,
              .dst = server,
-             .sport = 40000,
+             .sport = o.phone_port,
              .dport = 443,
              .seq = kPhoneIsn + 1 + sent,
              .ack = kServerIsn + 1,
              .window = 1000,
-             .timestamps = true,
              .tsval = tsval,
              .tsecr = server_ts,
              .payload_len = 1448},
@@ -461,33 +484,47 @@ OpenLoopResult run_open_loop_upload(Policy uplink, Nanos duration) {
     sent += 1448;
     if ((sent / 1448) % 2 == 0) {
       const Nanos at = arrive + 2 * kMilli;
+      if (o.hook && !hooked && o.hook_at >= 0 && at - t0 >= o.hook_at) {
+        hooked = true;
+        o.hook(e);
+      }
       const uint32_t ack_ts = static_cast<uint32_t>(777 + (at - t0) / kMilli);
       auto [r, out] = process({.src = server,
                                .dst = phone,
                                .sport = 443,
-                               .dport = 40000,
+                               .dport = o.phone_port,
                                .seq = kServerIsn + 1,
                                .ack = kPhoneIsn + 1 + sent,
                                .window = 20000,
-                               .timestamps = true,
                                .tsval = ack_ts,
                                .tsecr = tsval},
                               at);
       to_phone.emplace_back(at + 20 * kMilli, ack_ts);
-      ++res.acks;
+      AckSample a{.at = at,
+                  .window_bytes = static_cast<uint32_t>(window_bytes(out.window, scale)),
+                  .modified = r.modified};
+      for (size_t i = 0; i < kRsfcStates; ++i)
+        a.in_state[i] = e.counters().rsfc_flows_in_state[i].get();
+      res.acks.push_back(a);
       res.rewritten += r.modified;
-      res.last_window_bytes = static_cast<uint32_t>(window_bytes(out.window, scale));
+      res.last_window_bytes = a.window_bytes;
     }
   }
+  e.set_decision_sink(nullptr);
   res.records = sink.records;
   res.subscribers_created = e.counters().rsfc_subscribers_created.get();
   return res;
 }
 
+OpenLoopResult run_open_loop_upload(Policy uplink, Nanos duration) {
+  Engine e(16, rsfc_params(uplink));
+  return run_open_loop_upload(e, {.duration = duration});
+}
+
 TEST(EngineRsfc, StandingUplinkQueueGetsTheWindowClamped) {
   const OpenLoopResult r = run_open_loop_upload(Policy::kRsfc, 20 * kSecond);
-  ASSERT_GT(r.acks, 1000u);
-  EXPECT_GT(r.rewritten, r.acks / 2) << "a growing uplink queue must be regulated";
+  ASSERT_GT(r.acks.size(), 1000u);
+  EXPECT_GT(r.rewritten, r.acks.size() / 2) << "a growing uplink queue must be regulated";
   // ~250 KB/s over a round trip of ~45 ms without the queue: far below 20000 << 7.
   EXPECT_LT(r.last_window_bytes, 200'000u);
   ASSERT_FALSE(r.records.empty()) << "no decision records";
@@ -578,6 +615,123 @@ TEST(EngineRsfc, HostileSubscriberCountStaysWithinCapacity) {
   }
   EXPECT_EQ(e.active_flows(), 64u);
   EXPECT_EQ(e.counters().rsfc_subscribers.get(), 64u);
+}
+
+}  // namespace
+}  // namespace rsfc
+
+namespace rsfc {
+namespace {
+
+// The state the per-state gauge shows for the only flow of an engine (kRsfcStates if the
+// gauge does not hold exactly one flow).
+size_t only_state(const AckSample& a) {
+  size_t state = kRsfcStates, flows = 0;
+  for (size_t i = 0; i < kRsfcStates; ++i) {
+    flows += a.in_state[i];
+    if (a.in_state[i] == 1) state = i;
+  }
+  return flows == 1 ? state : kRsfcStates;
+}
+
+constexpr size_t kFastState = static_cast<size_t>(RsfcState::kFast);
+
+// SIGHUP reload (Engine::set_params) of an rsfc.* key while an upload is being regulated:
+// the same flow runs twice, on an engine that reloads 8 s in and on one that does not; up
+// to the reload both forward identical windows, after it only the reloaded one changes.
+// (Params captured when the flow was created would make the two runs identical.)
+struct ReloadRun {
+  OpenLoopResult control, reloaded;
+  Nanos reload_at = 0;  // gateway time of the first ACK after the reload
+};
+
+ReloadRun run_with_reload(const std::function<void(RsfcParams&)>& change) {
+  const OpenLoop base{.duration = 14 * kSecond};
+  ReloadRun r;
+  Engine control(16, rsfc_params());
+  r.control = run_open_loop_upload(control, base);
+  Engine reloaded(16, rsfc_params());
+  OpenLoop o = base;
+  o.hook_at = 8 * kSecond;
+  o.hook = [&](Engine& e) {
+    EngineParams p = e.params();
+    change(p.rsfc);
+    e.set_params(p);
+    EXPECT_EQ(e.active_flows(), 1u) << "the flow must live through the reload";
+  };
+  r.reloaded = run_open_loop_upload(reloaded, o);
+  EXPECT_EQ(reloaded.counters().flows_created.get(), 1u) << "one flow throughout";
+  EXPECT_EQ(r.control.acks.size(), r.reloaded.acks.size());
+  r.reload_at = base.start + o.hook_at;
+  for (size_t i = 0; i < r.control.acks.size() && i < r.reloaded.acks.size(); ++i) {
+    const AckSample &c = r.control.acks[i], &x = r.reloaded.acks[i];
+    if (x.at >= r.reload_at) {
+      r.reload_at = x.at;
+      break;
+    }
+    EXPECT_EQ(c.window_bytes, x.window_bytes) << "before the reload, at " << c.at;
+  }
+  return r;
+}
+
+// The ACKs from `from` on.
+std::vector<AckSample> acks_from(const OpenLoopResult& r, Nanos from) {
+  std::vector<AckSample> out;
+  for (const AckSample& a : r.acks) {
+    if (a.at >= from) out.push_back(a);
+  }
+  return out;
+}
+
+uint32_t max_window(const std::vector<AckSample>& acks) {
+  uint32_t m = 0;
+  for (const AckSample& a : acks) m = std::max(m, a.window_bytes);
+  return m;
+}
+
+TEST(EngineRsfc, ReloadedThresholdAppliesToALiveFlow) {
+  // The open-loop phone's queue reaches 1.5 s; auto T is tens of ms, so the flow cycles
+  // through fast and monitor with windows of about one BDP. A fixed T of 5 s makes that
+  // queue acceptable: the flow leaves the fast state for good and its window grows.
+  const ReloadRun r = run_with_reload([](RsfcParams& p) { p.threshold = 5 * kSecond; });
+  const Nanos settled = r.reload_at + kSecond;
+  const std::vector<AckSample> control = acks_from(r.control, settled);
+  const std::vector<AckSample> reloaded = acks_from(r.reloaded, settled);
+  ASSERT_GT(control.size(), 500u);
+  ASSERT_EQ(control.size(), reloaded.size());
+  EXPECT_LT(max_window(control), 100'000u) << "without the reload: about one BDP";
+  EXPECT_GT(max_window(reloaded), 200'000u) << "the reloaded threshold did not take effect";
+  const auto in_fast = [](const std::vector<AckSample>& acks) {
+    return std::count_if(acks.begin(), acks.end(),
+                         [](const AckSample& a) { return only_state(a) == kFastState; });
+  };
+  EXPECT_GT(in_fast(control), 100);
+  EXPECT_EQ(in_fast(reloaded), 0) << "1.5 s of queue is below T = 5 s: never fast";
+  bool fast_logged = false;
+  for (const DecisionRecord& d : r.reloaded.records) {
+    if (d.time >= settled) fast_logged |= std::string(d.state) == "fast";
+  }
+  EXPECT_FALSE(fast_logged);
+}
+
+TEST(EngineRsfc, ReloadedFastTargetResizesALiveFlowsFastWindow) {
+  // Fast state: window = rho * (RTT + fast_target * T). Dropping fast_target from 0.75 to 0
+  // leaves one BDP: the fast windows of the same flow shrink after the reload.
+  const ReloadRun r = run_with_reload([](RsfcParams& p) { p.fast_target = 0; });
+  const auto fast_median = [&](const OpenLoopResult& run) {
+    std::vector<uint32_t> w;
+    for (const AckSample& a : acks_from(run, r.reload_at + kSecond)) {
+      if (only_state(a) == kFastState && a.modified) w.push_back(a.window_bytes);
+    }
+    EXPECT_GT(w.size(), 50u);
+    if (w.empty()) return uint32_t{0};
+    std::nth_element(w.begin(), w.begin() + static_cast<ptrdiff_t>(w.size() / 2), w.end());
+    return w[w.size() / 2];
+  };
+  const uint32_t control = fast_median(r.control), reloaded = fast_median(r.reloaded);
+  EXPECT_GT(control, 0u);
+  EXPECT_LT(reloaded, control * 0.9) << "control " << control << ", reloaded " << reloaded;
+  EXPECT_GT(reloaded, control * 0.5) << "one BDP is still most of the window";
 }
 
 }  // namespace
