@@ -734,5 +734,136 @@ TEST(EngineRsfc, ReloadedFastTargetResizesALiveFlowsFastWindow) {
   EXPECT_GT(reloaded, control * 0.5) << "one BDP is still most of the window";
 }
 
+// --- The engine's health counters, counted on live flows --------------------------------
+
+uint64_t in_state(const Engine& e, RsfcState s) {
+  return e.counters().rsfc_flows_in_state[static_cast<size_t>(s)].get();
+}
+uint64_t in_any_state(const Engine& e) {
+  uint64_t n = 0;
+  for (const Counter& c : e.counters().rsfc_flows_in_state) n += c.get();
+  return n;
+}
+
+TEST(EngineMetrics, RsfcWindowsAppliedCountsTheRewrittenAcks) {
+  Engine e(16, rsfc_params());
+  const OpenLoopResult r = run_open_loop_upload(e, {.duration = 10 * kSecond});
+  ASSERT_GT(r.rewritten, 100u);
+  EXPECT_EQ(e.counters().rsfc_windows_applied.get(), r.rewritten);
+  EXPECT_EQ(e.counters().windows_rewritten[0].get(), r.rewritten);
+  EXPECT_EQ(e.counters().drwa_windows_applied.get(), 0u);
+
+  Engine observe(16, rsfc_params(Policy::kObserve));
+  EXPECT_EQ(run_open_loop_upload(observe, {.duration = 10 * kSecond}).rewritten, 0u);
+  EXPECT_EQ(observe.counters().rsfc_windows_applied.get(), 0u);
+
+  Engine fixed(16, static_params(16384));  // static clamps are not rsfc's
+  Conn c(fixed);
+  c.handshake(7, 7);
+  ASSERT_TRUE(c.server_ack(70000, 1000).result.modified);
+  EXPECT_EQ(fixed.counters().windows_rewritten[0].get(), 1u);
+  EXPECT_EQ(fixed.counters().rsfc_windows_applied.get(), 0u);
+}
+
+TEST(EngineMetrics, TickEstimatesCountFlowsNotPackets) {
+  Engine e(16, rsfc_params());
+  const OpenLoopResult first = run_open_loop_upload(e, {.duration = 10 * kSecond});
+  ASSERT_FALSE(first.records.empty());
+  EXPECT_NEAR(first.records.back().tick_ms, 1.0, 0.05) << "the tick was estimated";
+  EXPECT_EQ(e.counters().rsfc_tick_estimates.get(), 1u) << "once for the flow, not per ACK";
+  run_open_loop_upload(e, {.duration = 10 * kSecond, .phone_port = 40001, .start = 20 * kSecond});
+  EXPECT_EQ(e.counters().rsfc_tick_estimates.get(), 2u) << "a second flow, a second estimate";
+  run_open_loop_upload(
+      e,
+      {.duration = 10 * kSecond, .timestamps = false, .phone_port = 40002, .start = 40 * kSecond});
+  EXPECT_EQ(e.counters().rsfc_tick_estimates.get(), 2u) << "no timestamps, no tick";
+  EXPECT_EQ(e.active_flows(), 3u);
+}
+
+TEST(EngineMetrics, FlowsNoTimestampsCountsEachRegulatedFlowOnce) {
+  Engine e(16, rsfc_params());
+  const OpenLoopResult r = run_open_loop_upload(e, {.duration = 10 * kSecond, .timestamps = false});
+  ASSERT_GT(r.acks.size(), 500u);
+  EXPECT_GT(r.rewritten, 0u) << "the timestamp-less flow is regulated";
+  ASSERT_FALSE(r.records.empty());
+  EXPECT_FALSE(r.records.back().timestamps);
+  EXPECT_EQ(e.counters().flows_no_timestamps.get(), 1u) << "once for the flow, not per ACK";
+  run_open_loop_upload(e, {.duration = 5 * kSecond, .phone_port = 40001, .start = 20 * kSecond});
+  EXPECT_EQ(e.counters().flows_no_timestamps.get(), 1u) << "a flow with timestamps is not";
+  run_open_loop_upload(
+      e,
+      {.duration = 5 * kSecond, .timestamps = false, .phone_port = 40002, .start = 30 * kSecond});
+  EXPECT_EQ(e.counters().flows_no_timestamps.get(), 2u);
+}
+
+TEST(EngineMetrics, FlowsPerStateFollowTheControllerOfEveryLiveFlow) {
+  Engine e(16, rsfc_params());
+  const OpenLoopResult r = run_open_loop_upload(e, {.duration = 14 * kSecond});
+  // After every ACK the gauge holds the flow once, in the state of its last control step.
+  std::array<bool, kRsfcStates> seen{};
+  size_t next = 0;
+  size_t state = static_cast<size_t>(RsfcState::kStartup);
+  for (const AckSample& a : r.acks) {
+    while (next < r.records.size() && r.records[next].time <= a.at) {
+      state = kRsfcStates;
+      for (size_t s = 0; s < kRsfcStates; ++s) {
+        if (std::string(r.records[next].state) == to_string(static_cast<RsfcState>(s))) state = s;
+      }
+      ++next;
+    }
+    ASSERT_EQ(only_state(a), state) << "at " << a.at;
+    seen[state] = true;
+  }
+  for (size_t s = 0; s < kRsfcStates; ++s) {
+    EXPECT_TRUE(seen[s]) << to_string(static_cast<RsfcState>(s)) << " never seen";
+  }
+  const auto last = static_cast<RsfcState>(only_state(r.acks.back()));
+
+  // A second flow (IPv6, timestamp-less, one ACK so far) joins in startup.
+  Conn c(e, true);
+  c.now = r.acks.back().at + kMilli;
+  c.from_phone({.seq = 1, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
+  EXPECT_EQ(in_any_state(e), 1u) << "a SYN alone is no control step";
+  c.from_server(
+      {.seq = 9, .ack = 2, .flags = tcpflag::kSyn | tcpflag::kAck, .window = 65535, .wscale = 7});
+  c.from_phone({.seq = 2, .ack = 10, .window = 502});
+  c.from_server({.seq = 10, .ack = 2, .window = 1000});
+  EXPECT_EQ(in_any_state(e), 2u);
+  EXPECT_EQ(in_state(e, RsfcState::kStartup), last == RsfcState::kStartup ? 2u : 1u);
+  EXPECT_EQ(in_state(e, last), last == RsfcState::kStartup ? 2u : 1u);
+
+  // Both end: the gauge empties.
+  e.expire(c.now + 400 * kSecond);
+  EXPECT_EQ(e.active_flows(), 0u);
+  EXPECT_EQ(in_any_state(e), 0u);
+}
+
+TEST(EngineMetrics, FlowsPerStateDropEvictedAndRestartedFlows) {
+  Engine e(2, rsfc_params());
+  Conn v4(e), v6(e, true);
+  for (Conn* c : {&v4, &v6}) {
+    c->handshake(7, 7);
+    c->server_ack(1000, 1000);
+  }
+  EXPECT_EQ(in_state(e, RsfcState::kStartup), 2u);
+  // A third flow in the full table evicts the least recently seen one (v4).
+  std::vector<uint8_t> syn = testpkt::build(
+      {.src = "198.18.0.9", .dst = "198.19.0.2", .sport = 40000, .flags = tcpflag::kSyn});
+  e.process(syn, 10 * kMilli);
+  ASSERT_EQ(e.counters().flows_evicted.get(), 1u);
+  EXPECT_EQ(in_any_state(e), 1u) << "the evicted flow left the gauge";
+  // The v6 flow's port is reused with a new ISN: the flow starts over and is counted once.
+  v6.from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .flags = tcpflag::kRst});
+  v6.from_phone({.seq = 77, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
+  v6.from_server(
+      {.seq = 88, .ack = 78, .flags = tcpflag::kSyn | tcpflag::kAck, .window = 65535, .wscale = 7});
+  v6.from_phone({.seq = 78, .ack = 89, .window = 502});
+  v6.from_server({.seq = 89, .ack = 78, .window = 1000});
+  EXPECT_EQ(e.counters().flows_evicted.get(), 1u);
+  EXPECT_EQ(e.active_flows(), 2u);
+  EXPECT_EQ(in_state(e, RsfcState::kStartup), 1u) << "the old flow's count was kept";
+  EXPECT_EQ(in_any_state(e), 1u);
+}
+
 }  // namespace
 }  // namespace rsfc
