@@ -18,7 +18,7 @@ struct FlowRegulators {
   DownlinkRegulator down;
   RsfcState counted_state = RsfcState::kStartup;
   bool in_state_gauge = false;                   // counted in rsfc_flows_in_state[counted_state]
-  bool counted_no_ts = false;                    // counted in flows_no_timestamps
+  bool counted_no_ts = false;                    // counted in flows_no_timestamps (rsfc)
   bool counted_tick = false;                     // counted in rsfc_tick_estimates
   uint32_t counted_path_rebaselines = 0;         // of up.path_rebaselines(), in the counter
   uint32_t subscriber = SubscriberTable::kNone;  // entry up is attached to
@@ -386,7 +386,10 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now) {
       r.counted_tick = true;
       counters_.rsfc_tick_estimates.add();
     }
-    if (!r.counted_no_ts && !u.timestamps() && d.window != kNoClamp) {
+    // Regulated: rsfc enforces the clamp (observe only estimates; static needs no timestamps
+    // and never runs this controller).
+    if (!r.counted_no_ts && params_.uplink.policy == Policy::kRsfc && !u.timestamps() &&
+        d.window != kNoClamp) {
       r.counted_no_ts = true;
       counters_.flows_no_timestamps.add();
     }

@@ -222,7 +222,8 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
               "Flows first seen without their handshake (window scale unknown).",
               [](const CoreCounters& c) { return c.flows_unregulated.get(); });
   core_family(w, qs, "rsfcd_flows_no_timestamps_total", "counter",
-              "Flows regulated without TCP timestamps.",
+              "Flows regulated by rsfc (uplink) without TCP timestamps; observe, static and drwa "
+              "flows are not counted.",
               [](const CoreCounters& c) { return c.flows_no_timestamps.get(); });
   core_family(w, qs, "rsfcd_flows_table_full_total", "counter",
               "New flows refused because eviction found nothing.",

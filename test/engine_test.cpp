@@ -796,6 +796,33 @@ TEST(EngineMetrics, FlowsNoTimestampsCountsEachRegulatedFlowOnce) {
   EXPECT_EQ(e.counters().flows_no_timestamps.get(), 2u);
 }
 
+TEST(EngineMetrics, FlowsNoTimestampsCountsOnlyFlowsRsfcRegulates) {
+  // observe runs the same controller on the flow but never touches it: not regulated.
+  Engine observe(16, rsfc_params(Policy::kObserve));
+  const OpenLoopResult r =
+      run_open_loop_upload(observe, {.duration = 5 * kSecond, .timestamps = false});
+  ASSERT_GT(r.acks.size(), 100u);
+  EXPECT_EQ(in_any_state(observe), 1u) << "the controller runs on the flow";
+  EXPECT_EQ(r.rewritten, 0u);
+  EXPECT_EQ(observe.counters().flows_no_timestamps.get(), 0u);
+  // Nor static, which needs no timestamps (a timestamp-less handshake, a clamped ACK).
+  Engine fixed(16, static_params(16384));
+  Conn c(fixed);
+  c.handshake(7, 7);
+  ASSERT_TRUE(c.server_ack(70000, 1000).result.modified);
+  EXPECT_EQ(fixed.counters().flows_no_timestamps.get(), 0u);
+  // An observed flow that a reload puts under rsfc is counted from then on, once.
+  Engine e(16, rsfc_params(Policy::kObserve));
+  run_open_loop_upload(e, {.duration = 6 * kSecond,
+                           .timestamps = false,
+                           .hook_at = 3 * kSecond,
+                           .hook = [](Engine& en) {
+                             EXPECT_EQ(en.counters().flows_no_timestamps.get(), 0u);
+                             en.set_params(rsfc_params(Policy::kRsfc));
+                           }});
+  EXPECT_EQ(e.counters().flows_no_timestamps.get(), 1u);
+}
+
 TEST(EngineMetrics, FlowsPerStateFollowTheControllerOfEveryLiveFlow) {
   Engine e(16, rsfc_params());
   const OpenLoopResult r = run_open_loop_upload(e, {.duration = 14 * kSecond});

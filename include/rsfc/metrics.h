@@ -66,10 +66,13 @@ struct CoreCounters {
   std::array<Counter, kDirections> floor_holds{};       // clamp limited by min_window_bytes
   Counter checksum_full;                                // full checksum computed (CSUMNOTREADY)
   Counter flows_created, flows_evicted, flows_expired, flows_closed;
-  Counter flows_unregulated;    // distinct flows first seen without their handshake
-  Counter flows_no_timestamps;  // distinct flows regulated without TCP timestamps
-  Counter flows_active;         // gauge
-  Counter flows_table_full;     // new flow refused because eviction found nothing
+  Counter flows_unregulated;  // distinct flows first seen without their handshake
+  // Distinct flows whose uplink knob rsfc regulates without TCP timestamps (it then runs on
+  // the window-opening lag). Not counted: observe (estimates only), static (needs no
+  // timestamps), the downlink's drwa. A flow counts once, from its first rsfc clamp.
+  Counter flows_no_timestamps;
+  Counter flows_active;      // gauge
+  Counter flows_table_full;  // new flow refused because eviction found nothing
   // RSFC/DRWA health, gauges of flows per controller state etc. are added by the engine.
   std::array<Counter, 4> rsfc_flows_in_state{};  // indexed by RsfcState
   Counter rsfc_windows_applied;
