@@ -502,7 +502,9 @@ class Bench:
 
 def read_decisions(path: Path, t0: float) -> list:
     """rsfcd's decision log (uplink knob): [t, subscriber_port, state, t_buff_ms,
-    window_bytes, rate_bps, rtt_ms, rtt_min_ms, subscriber]."""
+    window_bytes, rate_bps, rtt_ms, rtt_min_ms, subscriber, target_bytes]. window_bytes is
+    the window advertised on the step's ACK (after the right-edge hold and the scale);
+    target_bytes the controller's target (what observe would apply; 0 = no clamp)."""
     out = []
     if not path.exists():
         return out
@@ -515,7 +517,7 @@ def read_decisions(path: Path, t0: float) -> list:
             continue
         out.append([round(r["time_ns"] / 1e9 - t0, 4), r["subscriber_port"], r["state"],
                     r["t_buff_ms"], r["window_bytes"], r["rate_bps"], r["rtt_ms"],
-                    r["rtt_min_ms"], r["subscriber"]])
+                    r["rtt_min_ms"], r["subscriber"], r.get("target_bytes")])
     return out
 
 

@@ -4,7 +4,8 @@
 Per scenario:
   - time series, one column per policy (off, the best static, rsfc): throughput of every
     flow, the phone's RTT, the window the phone's TCP accepted (snd_wnd from tcp_info) with
-    rsfcd's decided window (decision log), rsfcd's t_buff and the controller state per flow;
+    the window rsfcd advertised at each control step (decision log), rsfcd's t_buff and the
+    controller state per flow;
   - a summary bar chart across policies.
 
     /usr/bin/python3 lab/plots.py lab/out/trace-....json [--out DIR]

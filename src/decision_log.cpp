@@ -74,10 +74,11 @@ size_t format_decision_json(const DecisionRecord& r, char* out, size_t cap) {
       "{\"time_ns\":%lld,\"subscriber\":\"%s\",\"subscriber_port\":%u,\"peer\":\"%s\","
       "\"peer_port\":%u,\"knob\":\"%s\",\"state\":\"%s\",\"tick_ms\":%s,\"t_buff_ms\":%s,"
       "\"rate_bps\":%s,\"rtt_min_ms\":%s,\"rtt_ms\":%s,\"window_bytes\":%llu,"
-      "\"timestamps\":%s,\"enforced\":%s}\n",
+      "\"target_bytes\":%llu,\"timestamps\":%s,\"enforced\":%s}\n",
       static_cast<long long>(r.time), sub, unsigned{r.subscriber_port}, peer, unsigned{r.peer_port},
       knob, state, tick, tbuff, rate, rttmin, rtt, static_cast<unsigned long long>(r.window_bytes),
-      r.timestamps ? "true" : "false", r.enforced ? "true" : "false");
+      static_cast<unsigned long long>(r.target_bytes), r.timestamps ? "true" : "false",
+      r.enforced ? "true" : "false");
   if (n < 0 || static_cast<size_t>(n) >= cap) return 0;
   return static_cast<size_t>(n);
 }

@@ -291,13 +291,21 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   // --- The knob ---------------------------------------------------------------------
   const uint8_t scale = dir == Direction::kToSubscriber ? f.peer_scale : f.sub_scale;
   uint64_t target = UINT64_MAX;
+  DecisionRecord rec;
+  bool log = false;
+  // The decision log records the window this ACK leaves with.
+  const auto log_decision = [&](uint16_t raw) {
+    if (!log) return;
+    rec.window_bytes = window_bytes(raw, scale);
+    sink_->on_decision(rec);
+  };
   switch (knob.policy) {
     case Policy::kOff:
       break;
     case Policy::kObserve:  // runs the estimators for the decision log, never enforces
     case Policy::kRsfc:
     case Policy::kDrwa:
-      target = regulator_target(idx, dir, now);
+      target = regulator_target(idx, dir, now, rec, log);
       break;
     case Policy::kStatic:
       target = knob.static_window_bytes;
@@ -309,6 +317,7 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   const bool enforce = knob.policy != Policy::kOff && knob.policy != Policy::kObserve;
   if (enforce && target != UINT64_MAX) {
     if (meta.truncated) {
+      log_decision(v.window);
       count(counters_, dir, Outcome::kTruncatedCopy);
       return {.outcome = Outcome::kTruncatedCopy, .modified = false};
     }
@@ -332,6 +341,7 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
       result = {.outcome = Outcome::kRewritten, .modified = true};
     }
   }
+  log_decision(final_raw);
   const uint32_t edge = right_edge(v.ack, final_raw, scale);
   if (!receiver.edge_valid || seq_gt(edge, receiver.right_edge)) {
     receiver.right_edge = edge;
@@ -362,11 +372,11 @@ void Engine::join_subscriber(uint32_t idx) {
   counters_.rsfc_subscribers.set(subscribers_->size());
 }
 
-uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now) {
+uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
+                                  bool& log) {
   FlowRegulators& r = regs_[idx];
   const Flow& f = flows_->at(idx);
   WindowDecision d;
-  DecisionRecord rec;
   if (dir == Direction::kToSubscriber) {
     d = r.up.target_window(now, params_.rsfc);
     const UplinkRegulator& u = r.up;
@@ -426,11 +436,11 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now) {
     rec.peer = peer;
     rec.subscriber_port = f.key.sub_port;
     rec.peer_port = f.key.peer_port;
-    rec.window_bytes =
+    rec.target_bytes =
         target == UINT64_MAX ? 0 : std::max<uint64_t>(target, params_.min_window_bytes);
     rec.enforced = (dir == Direction::kToSubscriber ? params_.uplink : params_.downlink).policy !=
                    Policy::kObserve;
-    sink_->on_decision(rec);
+    log = true;  // process() adds the window advertised and emits it
   }
   return target;
 }

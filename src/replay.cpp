@@ -402,6 +402,7 @@ void Replayer::on_decision(const DecisionRecord& r) {
   kv_known(o, "rtt_min_ms", r.rtt_min_ms, r.rtt_min_ms >= 0, "%.3f");
   kv_known(o, "rtt_ms", r.rtt_ms, r.rtt_ms >= 0, "%.3f");
   kv(o, "window_bytes", r.window_bytes);
+  kv(o, "target_bytes", r.target_bytes);
   put_key(o, "timestamps");
   o += r.timestamps ? "true" : "false";
   o += "}\n";

@@ -623,6 +623,43 @@ TEST(EngineRsfc, HostileSubscriberCountStaysWithinCapacity) {
 namespace rsfc {
 namespace {
 
+// Every decision record carries the window its ACK left the gateway with (window field <<
+// scale), next to the controller's target: the right-edge hold keeps some of them above the
+// target, rounding up to the 2^7 scale most of the others.
+TEST(EngineRsfc, DecisionLogRecordsTheWindowAdvertised) {
+  Engine e(16, rsfc_params());
+  const OpenLoopResult r = run_open_loop_upload(e, {.duration = 10 * kSecond});
+  ASSERT_GT(r.records.size(), 50u);
+  size_t next = 0, held = 0, rounded = 0;
+  for (const DecisionRecord& d : r.records) {
+    while (next < r.acks.size() && r.acks[next].at < d.time) ++next;
+    ASSERT_LT(next, r.acks.size());
+    ASSERT_EQ(r.acks[next].at, d.time) << "a record without its ACK";
+    EXPECT_EQ(d.window_bytes, r.acks[next].window_bytes) << "at " << d.time;
+    ASSERT_GT(d.target_bytes, 0u) << "rsfc clamps from the first ACK";
+    // Every target is far below the 2.56 MB the server offers.
+    EXPECT_GE(d.window_bytes, d.target_bytes) << "at " << d.time;
+    if (d.window_bytes >= d.target_bytes + 128) {
+      ++held;
+    } else if (d.window_bytes != d.target_bytes) {
+      ++rounded;
+    }
+  }
+  EXPECT_GT(held, 0u) << "no record held by the right edge";
+  EXPECT_GT(rounded, 0u) << "no record rounded up to the scale";
+  EXPECT_GT(e.counters().right_edge_holds[0].get(), 0u);
+}
+
+TEST(EngineRsfc, ObserveLogsTheWindowItLeftAndTheTargetItWouldApply) {
+  const OpenLoopResult r = run_open_loop_upload(Policy::kObserve, 10 * kSecond);
+  ASSERT_FALSE(r.records.empty());
+  for (const DecisionRecord& d : r.records) {
+    EXPECT_EQ(d.window_bytes, 20000u << 7) << "the server's window, untouched";
+    EXPECT_GT(d.target_bytes, 0u);
+    EXPECT_LT(d.target_bytes, 20000u << 7);
+  }
+}
+
 // The state the per-state gauge shows for the only flow of an engine (kRsfcStates if the
 // gauge does not hold exactly one flow).
 size_t only_state(const AckSample& a) {

@@ -136,7 +136,8 @@ DecisionRecord sample_record() {
   r.rate_bps = 250000;
   r.rtt_min_ms = 30;
   r.rtt_ms = NAN;
-  r.window_bytes = 65535;
+  r.window_bytes = 65536;  // advertised: 512 << 7 ...
+  r.target_bytes = 65000;  // ... for this target (rounded up to the scale)
   r.timestamps = true;
   return r;
 }
@@ -149,7 +150,8 @@ TEST(DecisionLog, FormatsJsonLine) {
             "{\"time_ns\":123456789,\"subscriber\":\"198.18.0.2\",\"subscriber_port\":40000,"
             "\"peer\":\"2001:db8::1\",\"peer_port\":443,\"knob\":\"uplink\",\"state\":\"fast\","
             "\"tick_ms\":4,\"t_buff_ms\":12.5,\"rate_bps\":250000,\"rtt_min_ms\":30,"
-            "\"rtt_ms\":null,\"window_bytes\":65535,\"timestamps\":true,\"enforced\":true}\n");
+            "\"rtt_ms\":null,\"window_bytes\":65536,\"target_bytes\":65000,\"timestamps\":true,"
+            "\"enforced\":true}\n");
   EXPECT_EQ(format_decision_json(sample_record(), buf, 40), 0u);  // too small: nothing
 }
 

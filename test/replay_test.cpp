@@ -395,7 +395,8 @@ TEST(Replay, DecisionRecordsBecomeLinesAndTBuffMedians) {
   d.rate_bps = 1.25e6;
   d.rtt_min_ms = 20;
   d.rtt_ms = 35.5;
-  d.window_bytes = 43750;
+  d.window_bytes = 44032;
+  d.target_bytes = 43750;
   d.timestamps = true;
   for (double tb : {10.0, 30.0, -1.0}) {
     d.time = Nanos{kT0} * kSecond + 2500 * kMicro;
@@ -415,7 +416,7 @@ TEST(Replay, DecisionRecordsBecomeLinesAndTBuffMedians) {
             "\"subscriber_port\":40000,\"peer\":\"198.19.0.2\",\"peer_port\":5201,"
             "\"knob\":\"uplink\",\"state\":\"fast\",\"tick_ms\":1.000,\"t_buff_ms\":10.000,"
             "\"rate_bps\":1250000,\"rtt_min_ms\":20.000,\"rtt_ms\":35.500,"
-            "\"window_bytes\":43750,\"timestamps\":true}");
+            "\"window_bytes\":44032,\"target_bytes\":43750,\"timestamps\":true}");
   EXPECT_FALSE(line_with(lines, "\"type\":\"decision\"", "\"t_buff_ms\":null").empty())
       << "an unknown t_buff is null, not -1";
   const std::string flow = line_with(lines, "\"type\":\"flow\"", "\"subscriber_port\":40000,");

@@ -36,9 +36,13 @@ struct DecisionRecord {
   double t_buff_ms = -1;   // filtered uplink buffering delay (-1 = unknown)
   double rate_bps = 0;     // delivered rate rho, bits/s (as the field name says)
   double rtt_min_ms = -1;
-  double rtt_ms = -1;         // the round trip the controller sizes the window on
-  uint64_t window_bytes = 0;  // target window (bytes) after floor; 0 = no clamp
-  bool enforced = true;       // false under policy observe (what it would have applied)
+  double rtt_ms = -1;  // the round trip the controller sizes the window on
+  // The window advertised on the ACK this step ran on, in bytes (its window field as
+  // forwarded << the scale): the target after the floor, the right-edge hold and rounding up
+  // to the scale; the ACK's own window when that was smaller, no clamp, or not enforced.
+  uint64_t window_bytes = 0;
+  uint64_t target_bytes = 0;  // the controller's target after the floor; 0 = no clamp
+  bool enforced = true;       // false under policy observe (target_bytes: what it would apply)
   bool timestamps = false;
 };
 
@@ -86,7 +90,9 @@ class Engine {
   void reset_flow_state(uint32_t idx);
   void forget_flow(uint32_t idx);
   void leave_state_gauge(uint32_t idx);
-  uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now);
+  // The regulator's target (UINT64_MAX = no clamp). When a control step ran and a sink is
+  // set, fills `rec` (all but window_bytes) and sets `log`.
+  uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec, bool& log);
   void join_subscriber(uint32_t idx);
 
   EngineParams params_;

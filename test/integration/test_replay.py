@@ -290,7 +290,8 @@ def test_replay_rsfc_decisions_on_real_upload(upload):
     for x in decisions:
         assert x["knob"] == "uplink" and x["subscriber"] == PHONE4 and x["state"], x
         assert 0 <= x["time_s"] <= s["duration_s"] + 1e-6, x
-        assert x["window_bytes"] >= 2920, x  # never below min_window_bytes
+        assert x["target_bytes"] >= 2920, x  # never below min_window_bytes
+        assert isinstance(x["window_bytes"], int) and x["window_bytes"] >= 0, x  # advertised
         assert x["timestamps"] is True, x  # the lab phone sends TCP timestamps
     mine = [x for x in decisions if x["subscriber_port"] == d["subscriber_port"]]
     assert len(mine) >= 10, f"{len(mine)} decisions for a 3 s bulk upload"
