@@ -67,7 +67,8 @@ class EventQueue {
   Nanos now_ = 0;
 };
 
-// Drop-tail FIFO with a constant rate (optionally with outages), then a propagation delay.
+// Drop-tail FIFO with a constant rate (optionally with outages and rate steps), then a
+// propagation delay.
 class Link {
  public:
   struct Outage {
@@ -81,6 +82,14 @@ class Link {
   std::function<void(const Packet&)> deliver;
   std::vector<Outage> outages;
   std::vector<PropStep> prop_steps;  // in time order
+  struct RateStep {
+    Nanos at;         // from `at` on, the link transmits at ...
+    double rate_bps;  // ... this rate (> 0)
+  };
+  // In time order. The schedule is known in advance, so each packet's transmission end is
+  // the exact integral of the rate from its start: packets queued before a drop are sent at
+  // the new rate once it applies.
+  std::vector<RateStep> rate_steps;
 
   // False when the buffer refused the packet.
   bool send(const Packet& p) {
@@ -101,12 +110,31 @@ class Link {
     for (const Outage& o : outages) {
       if (start >= o.start && start < o.end) start = o.end;
     }
-    const Nanos tx = static_cast<Nanos>(p.size() * 8.0 / rate_bps_ * 1e9);
-    tail_ = start + tx;
+    tail_ = transmission_end(start, p.size() * 8.0);
     queued_ += p.size();
     inq_.push_back({tail_, p.size()});
     ev_.at(tail_ + prop_at(tail_), [this, p] { deliver(p); });
     return true;
+  }
+  double rate_at(Nanos t) const {
+    double rate = rate_bps_;
+    for (const RateStep& s : rate_steps) {
+      if (s.at <= t) rate = s.rate_bps;
+    }
+    return rate;
+  }
+  // When `bits` starting at `start` have left, with the rate following rate_steps.
+  Nanos transmission_end(Nanos start, double bits) const {
+    Nanos t = start;
+    for (const RateStep& s : rate_steps) {
+      if (s.at <= t) continue;
+      const double rate = rate_at(t);
+      const double span_bits = rate * static_cast<double>(s.at - t) / 1e9;
+      if (bits <= span_bits) break;
+      bits -= span_bits;
+      t = s.at;
+    }
+    return t + static_cast<Nanos>(bits / rate_at(t) * 1e9);
   }
   Nanos prop_at(Nanos t) const {
     Nanos prop = prop_;
@@ -479,9 +507,17 @@ struct Scenario {
   RsfcParams rsfc;
   DrwaParams drwa;
   std::vector<Link::Outage> up_outages;
-  std::vector<Link::PropStep> p1_steps;  // phone <-> gateway delay changes, both directions
-  std::string trace_path;                // optional CSV of the first upload's controller
-  bool subscriber_state = true;          // the flows' regulators share SubscriberUplink
+  std::vector<Link::PropStep> p1_steps;       // phone <-> gateway delay changes, both directions
+  std::vector<Link::RateStep> up_rate_steps;  // uplink capacity changes (up_bps until the first)
+  std::string trace_path;                     // optional CSV of the first upload's controller
+  bool subscriber_state = true;               // the flows' regulators share SubscriberUplink
+};
+
+// One sample of the measurement period (every 10 ms from the warmup on).
+struct Sample {
+  Nanos t = 0;
+  double upq_ms = 0;          // uplink queue delay
+  uint64_t up_delivered = 0;  // in-order bytes the uploads' servers received so far, all flows
 };
 
 struct Result {
@@ -493,6 +529,7 @@ struct Result {
   double downq_mean_ms = 0, downq_p95_ms = 0;
   uint64_t up_drops = 0, down_drops = 0;
   double jain = 1;
+  std::vector<Sample> samples;
   std::string summary() const {
     char b[256];
     std::snprintf(b, sizeof b,
@@ -522,6 +559,7 @@ class Simulation {
         from_srv_(ev_, 0, 0, sc.p2) {
     up_.outages = sc.up_outages;
     up_.prop_steps = sc.p1_steps;
+    up_.rate_steps = sc.up_rate_steps;
     down_.prop_steps = sc.p1_steps;
     up_.deliver = [this](const Packet& p) { gw_from_phone(p); };
     to_srv_.deliver = [this](const Packet& p) { server_receive(p); };
@@ -602,6 +640,7 @@ class Simulation {
     r.downq_p95_ms = percentile(downq_, 0.95);
     r.up_drops = up_.drops;
     r.down_drops = down_.drops;
+    r.samples = samples_;
     return r;
   }
 
@@ -732,6 +771,11 @@ class Simulation {
     ev_.at(t, [this, t] {
       upq_.push_back(static_cast<double>(up_.queue_delay()) / 1e6);
       downq_.push_back(static_cast<double>(down_.queue_delay()) / 1e6);
+      uint64_t up_delivered = 0;
+      for (auto& f : flows_) {
+        if (f->upload) up_delivered += receiver(*f).delivered;
+      }
+      samples_.push_back({t, upq_.back(), up_delivered});
       if (t + 10 * kMilli < sc_.duration) schedule_sample(t + 10 * kMilli);
     });
   }
@@ -755,6 +799,7 @@ class Simulation {
   Link up_, down_, to_srv_, from_srv_;
   std::vector<std::unique_ptr<FlowState>> flows_;
   std::vector<double> pings_, upq_, downq_;
+  std::vector<Sample> samples_;
   FILE* trace_ = nullptr;
 };
 

@@ -755,5 +755,30 @@ TEST(SimRsfc, LongerPathIsNotTakenForAQueue) {
   EXPECT_LE(r.ping_p95_ms, st.ping_p95_ms + 100);
 }
 
+// --- Capacity steps ------------------------------------------------------------------------
+
+// The simulator's rate schedule: a packet is sent at whatever rate applies while it is on the
+// wire, and packets queued before a drop wait at the new rate (otherwise a drop would only
+// reach the queue after the old backlog had left at the old rate).
+TEST(SimLink, RateStepAppliesToPacketsAlreadyQueued) {
+  sim::EventQueue ev;
+  sim::Link link(ev, 8e6, 1'000'000, 0);  // 1 byte per microsecond
+  link.rate_steps.push_back({ms(1), 0.8e6});
+  std::vector<Nanos> delivered;
+  link.deliver = [&](const sim::Packet&) { delivered.push_back(ev.now()); };
+  sim::Packet p;
+  p.seg.payload_len = 1000;  // 1052 bytes on the wire
+  ev.at(0, [&] {
+    link.send(p);
+    link.send(p);
+  });
+  ev.run_until(kSecond);
+  ASSERT_EQ(delivered.size(), 2u);
+  // 1000 bytes in the first millisecond, the other 52 at a tenth of the rate: 0.52 ms.
+  EXPECT_NEAR(static_cast<double>(delivered[0]), 1.52e6, 1e3);
+  // The second one was queued before the step and is sent entirely after it: 10.52 ms.
+  EXPECT_NEAR(static_cast<double>(delivered[1]), 1.52e6 + 10.52e6, 1e3);
+}
+
 }  // namespace
 }  // namespace rsfc
