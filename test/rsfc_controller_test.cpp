@@ -256,6 +256,109 @@ TEST(RsfcController, StandingQueueShrinksTheWindowToOneBdp) {
   EXPECT_GE(fast.window, 2u * 1448);
 }
 
+// Automatic T (rsfc.threshold_ms: auto): RTT_min clamped to
+// [max(threshold_floor, tick_multiple x g), threshold_ceiling]; an explicit threshold wins.
+// The default path above (RTT_min 50 ms, 1 ms tick) is the unclamped case.
+PathModel path_with_rtt(Nanos rtt) {
+  PathModel m;
+  m.up_prop = rtt / 4;
+  m.down_prop = rtt / 4;
+  m.srv_half = rtt / 2;
+  return m;
+}
+
+// Whether the controller took any decision in kFast from `from` on.
+bool went_fast_after(const Script& s, Nanos from) {
+  for (const Decision& d : s.log()) {
+    if (d.t >= from && d.state == RsfcState::kFast) return true;
+  }
+  return false;
+}
+
+TEST(RsfcController, AutoThresholdNeverBelowTheFloor) {
+  // A 10 ms round trip (fibre-like): T = threshold_floor (20 ms), not 10 ms; timestamp ticks
+  // and scheduling jitter would read as queue below that.
+  Script s(path_with_rtt(ms(10)));
+  s.params().min_refresh = 60 * kSecond;
+  s.handshake();
+  s.send(2 * kSecond, kRate, constant(0));
+  ASSERT_TRUE(s.reg().rtt_min());
+  EXPECT_NEAR(static_cast<double>(*s.reg().rtt_min()), 1e7, 1e6);
+  EXPECT_EQ(s.reg().threshold(), ms(20));
+  // A 15 ms standing queue is above RTT_min but below the floor: held, not cut.
+  const Nanos mark = s.now() + ms(500);
+  s.send(2 * kSecond, kRate, constant(ms(15)));
+  EXPECT_FALSE(went_fast_after(s, mark));
+  EXPECT_EQ(s.reg().threshold(), ms(20));
+  // The floor is a parameter.
+  Script low(path_with_rtt(ms(10)));
+  low.params().threshold_floor = ms(12);
+  low.handshake();
+  low.send(2 * kSecond, kRate, constant(0));
+  EXPECT_EQ(low.reg().threshold(), ms(12));
+}
+
+TEST(RsfcController, AutoThresholdIsFourTicksOnACoarseClock) {
+  // HZ=100 phone (g = 10 ms) on a 20 ms round trip: t_buff is only known to a tick, so
+  // T = tick_multiple x g = 40 ms, above both RTT_min and the 20 ms floor.
+  PathModel m = path_with_rtt(ms(20));
+  m.tick = 10 * kMilli;
+  Script s(m);
+  s.handshake();
+  s.send(3 * kSecond, kRate, constant(0));
+  EXPECT_EQ(s.reg().tick_ms(), 10.0);
+  ASSERT_TRUE(s.reg().rtt_min());
+  EXPECT_NEAR(static_cast<double>(*s.reg().rtt_min()), 2e7, 2e6);
+  EXPECT_EQ(s.reg().threshold(), ms(40));
+  // The same path with a 1 ms clock: the floor.
+  Script fine(path_with_rtt(ms(20)));
+  fine.handshake();
+  fine.send(3 * kSecond, kRate, constant(0));
+  EXPECT_EQ(fine.reg().threshold(), ms(20));
+}
+
+TEST(RsfcController, AutoThresholdNeverAboveTheCeiling) {
+  // A 160 ms round trip (satellite backhaul, far server): T = threshold_ceiling (80 ms), the
+  // latency budget, not 160 ms.
+  Script s(path_with_rtt(ms(160)));
+  s.handshake();
+  s.send(3 * kSecond, kRate, constant(0));
+  ASSERT_TRUE(s.reg().rtt_min());
+  EXPECT_NEAR(static_cast<double>(*s.reg().rtt_min()), 1.6e8, 2e6);
+  EXPECT_EQ(s.reg().threshold(), ms(80));
+  Script high(path_with_rtt(ms(160)));
+  high.params().threshold_ceiling = ms(120);
+  high.handshake();
+  high.send(3 * kSecond, kRate, constant(0));
+  EXPECT_EQ(high.reg().threshold(), ms(120));
+}
+
+TEST(RsfcController, ExplicitThresholdOverridesAuto) {
+  // Default path: auto T would be RTT_min = 50 ms. An explicit threshold is taken as it is,
+  // even outside the auto clamp, and the law uses it: a 40 ms standing queue is held under
+  // auto T but cut under an explicit 30 ms.
+  const auto run = [](std::optional<Nanos> threshold) {
+    auto s = std::make_unique<Script>();
+    s->params().threshold = threshold;
+    s->params().min_refresh = 60 * kSecond;
+    s->handshake();
+    s->send(2 * kSecond, kRate, constant(0));
+    return s;
+  };
+  const auto autoT = run(std::nullopt);
+  EXPECT_EQ(autoT->reg().threshold(), ms(50));
+  const auto t30 = run(ms(30));
+  EXPECT_EQ(t30->reg().threshold(), ms(30));
+  EXPECT_EQ(run(ms(120))->reg().threshold(), ms(120));  // above the ceiling
+  EXPECT_EQ(run(ms(10))->reg().threshold(), ms(10));    // below the floor
+  const Nanos mark = autoT->now() + ms(500);
+  autoT->send(2 * kSecond, kRate, constant(ms(40)));
+  t30->send(2 * kSecond, kRate, constant(ms(40)));
+  EXPECT_FALSE(went_fast_after(*autoT, mark));
+  EXPECT_TRUE(went_fast_after(*t30, mark));
+  EXPECT_EQ(t30->reg().threshold(), ms(30));
+}
+
 TEST(RsfcController, WindowIsSizedOnTheRoundTripTheUploadReallySees) {
   // A concurrent download keeps 250 ms in the downlink buffer: the upload's ACKs wait there.
   // Sizing on RTT_min (50 ms) would starve the upload (DESIGN.md); the window must cover
