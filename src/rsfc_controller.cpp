@@ -432,6 +432,14 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
   // trip up.
   const double slack = static_cast<double>(std::max<Nanos>(0, *rtt_ - rtt_now_));
   const double mss = static_cast<double>(mss_);
+  // Every d sample contains one packet's transmission at the bottleneck, so a min(d) taken
+  // at a higher rate reads low after a capacity drop (2 -> 0.5 Mbit/s: 6 -> 24 ms per
+  // 1500-byte packet) until it ages out, and t_buff over-reads by the difference. A reading
+  // within one packet's time at the link's current rate (the subscriber's, which its flows
+  // share) still counts as an empty buffer: less than one packet is no standing queue.
+  const double link_rate = std::max(rate_.max(now, iv), sub_ ? sub_->rate(now, iv) : 0.0);
+  const double packet_time = link_rate > 0 ? mss / link_rate * static_cast<double>(kSecond) : 0;
+  const double probe_level = std::max(p.probe_below * T, packet_time);
 
   switch (state_) {
     case RsfcState::kStartup:
@@ -459,7 +467,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         return true;
       }
       const double prev = w_;
-      if (tb < p.probe_below * T + slack) {
+      if (tb < probe_level + slack) {
         // Each step adds at most probe_step_queue * T of queue should the link turn out to be
         // full; the allowance doubles with every further step that still finds the buffer
         // empty (decisive when far from capacity, careful near it).

@@ -968,14 +968,15 @@ void print_span(const char* what, const StepRun& run, const Span& x) {
 // of the link: auto T <= threshold_ceiling (80 ms; RTT_min itself grows by the longer
 // serialization), and at 0.5 Mbit/s a 1500-byte packet takes 24 ms while the whole new BDP
 // is about two of them: bound 80 + 2 x 24 ~ 130 ms p95.
-// Measured over the 8 runs, drop + 2..10 s: rsfc queue mean 33-82 ms, p95 75-104 ms, goodput
-// 0.42-0.48 Mbit/s (86-98 % of the link); off: p95 15.2-16.0 s. Drop + 0..2 s: rsfc max
+// Measured over the 8 runs, drop + 2..10 s: rsfc queue mean 57-82 ms, p95 79-104 ms, goodput
+// 0.47-0.48 Mbit/s (97-99 % of the link); off: p95 15.2-16.0 s. Drop + 0..2 s: rsfc max
 // 251-334 ms (bound: twice the pre-drop window's 300 ms). Fails with a fast state that does
 // not cut (fast_target 100: p95 156-177 ms, mean 101-129) and with T = 10 s (p95 7.8-11 s).
-// Known cost: min(d) was measured at the old rate, so until it ages out (at most the 10 s
-// horizon) or a drain re-bases it, t_buff over-reads by the longer serialization of a packet
-// (24 - 6 = 18 ms), inside the hold band [T_low, T]: the flow does not probe and uses about
-// 80 % of the new rate (0.38 Mbit/s of 0.48) for those seconds.
+// min(d) was measured at the old rate, so until it ages out (at most the 10 s horizon)
+// t_buff over-reads by the longer transmission of a packet (24 - 6 = 18 ms), inside the hold
+// band [T_low, T]. Without the slow state's one-packet allowance (a reading within one
+// packet's time at the link's rate counts as empty) the flow stopped probing there and used
+// 0.42-0.48 Mbit/s (86-98 %; 0.38 for some seconds), which the 90 % bound below catches.
 TEST(SimRsfc, CapacityDropBringsTheQueueBackWithinSeconds) {
   for (const StepRun& run : step_runs()) {
     const Result off = sim::simulate(capacity_step(three_g(), 2e6, 0.5e6, run, Policy::kOff));
@@ -990,7 +991,7 @@ TEST(SimRsfc, CapacityDropBringsTheQueueBackWithinSeconds) {
     EXPECT_LT(transient.q_max_ms, 600) << run.label();   // the pre-drop window, not the buffer
     EXPECT_LT(after.q_p95_ms, 130) << run.label();
     EXPECT_LT(after.q_mean_ms, 100) << run.label();
-    EXPECT_GE(after.upload_bps, 0.75 * goodput(0.5e6)) << run.label();
+    EXPECT_GE(after.upload_bps, 0.9 * goodput(0.5e6)) << run.label();
     EXPECT_EQ(r.up_drops, 0u) << run.label();
   }
 }

@@ -35,7 +35,9 @@
 //   RTT_min  windowed minimum of both halves (handshake + echoes).
 //
 // CONTROL LAW, one step per interval I = clamp(RTT, control_interval_floor, max_interval):
-//   T = threshold or auto, T_low = probe_below * T.
+//   T = threshold or auto, T_low = max(probe_below * T, one packet's time at the link's rate):
+//   every d sample holds one packet's transmission, so min(d) taken before a capacity drop
+//   reads low by the difference until it ages out; less than a packet is no standing queue.
 //   kStartup  until t_buff, rho and RTT exist: a slow-start-shaped clamp, max(initial_window
 //             _bytes or 64 KB, startup_growth * in-flight): it never holds back a
 //             sender in slow start, but keeps the advertised right edge (which can never be
