@@ -84,6 +84,13 @@ Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_see
 Engine::~Engine() = default;
 
 void Engine::set_params(const EngineParams& params) {
+  const auto runs_controller = [](Policy p) { return p == Policy::kRsfc || p == Policy::kObserve; };
+  if (runs_controller(params_.uplink.policy) && !runs_controller(params.uplink.policy)) {
+    // The controller stops running for every flow: none of them is in one of its states any
+    // longer (a flow re-enters the gauge at its next step if a later reload brings rsfc or
+    // observe back). One walk per such reload, never per packet.
+    for (uint32_t idx = 0; idx < regs_.size(); ++idx) leave_state_gauge(idx);
+  }
   params_ = params;
 }
 

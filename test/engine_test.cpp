@@ -782,6 +782,29 @@ uint64_t in_any_state(const Engine& e) {
   return n;
 }
 
+TEST(EngineMetrics, ReloadAwayFromRsfcEmptiesTheStateGauge) {
+  // A reload to a policy that does not run the controller (static, off) leaves no flow in
+  // one of its states (before the fix, the flow stayed counted in its last state until it
+  // ended).
+  Engine e(16, rsfc_params());
+  OpenLoopResult r = run_open_loop_upload(
+      e, {.duration = 6 * kSecond, .hook_at = 4 * kSecond, .hook = [](Engine& eng) {
+            ASSERT_EQ(in_any_state(eng), 1u);
+            eng.set_params(static_params(65535));
+            EXPECT_EQ(in_any_state(eng), 0u) << "static runs no rsfc controller";
+          }});
+  ASSERT_GT(r.acks.size(), 100u);
+  EXPECT_EQ(in_any_state(e), 0u);
+  // Observe keeps the controller running: a reload between rsfc and observe keeps the flow.
+  Engine o(16, rsfc_params());
+  r = run_open_loop_upload(
+      o, {.duration = 6 * kSecond, .hook_at = 4 * kSecond, .hook = [](Engine& eng) {
+            eng.set_params(rsfc_params(Policy::kObserve));
+            EXPECT_EQ(in_any_state(eng), 1u);
+          }});
+  EXPECT_EQ(in_any_state(o), 1u);
+}
+
 TEST(EngineMetrics, RsfcWindowsAppliedCountsTheRewrittenAcks) {
   Engine e(16, rsfc_params());
   const OpenLoopResult r = run_open_loop_upload(e, {.duration = 10 * kSecond});
