@@ -84,8 +84,8 @@ Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_see
 Engine::~Engine() = default;
 
 void Engine::set_params(const EngineParams& params) {
-  const auto runs_controller = [](Policy p) { return p == Policy::kRsfc || p == Policy::kObserve; };
-  if (runs_controller(params_.uplink.policy) && !runs_controller(params.uplink.policy)) {
+  // On the uplink the regulator is the rsfc controller (config refuses drwa there).
+  if (feeds_regulator(params_.uplink.policy) && !feeds_regulator(params.uplink.policy)) {
     // The controller stops running for every flow: none of them is in one of its states any
     // longer (a flow re-enters the gauge at its next step if a later reload brings rsfc or
     // observe back). One walk per such reload, never per packet.

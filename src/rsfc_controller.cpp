@@ -377,7 +377,8 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
   next_step_ = now + iv;
   const Nanos prev_step = last_step_at_;
   last_step_at_ = now;
-  rho_ = rate_.max(now, iv);
+  const double own_rate = rate_.max(now, iv);
+  rho_ = own_rate;
   if (sub_ && p.per_subscriber) {
     // A flow's share of its subscriber's link (see SubscriberUplink): its part of the bytes
     // all the subscriber's regulated uploads delivered since this flow's previous step, pulled
@@ -437,9 +438,12 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
   // 1500-byte packet) until it ages out, and t_buff over-reads by the difference. A reading
   // within one packet's time at the link's current rate (the subscriber's, which its flows
   // share) still counts as an empty buffer: less than one packet is no standing queue.
-  const double link_rate = std::max(rate_.max(now, iv), sub_ ? sub_->rate(now, iv) : 0.0);
-  const double packet_time = link_rate > 0 ? mss / link_rate * static_cast<double>(kSecond) : 0;
-  const double probe_level = std::max(p.probe_below * T, packet_time);
+  // Asked only in the slow state, and only when probe_below * T alone says "not empty", so
+  // the subscriber's shared entry is read only then.
+  const auto within_one_packet = [&] {
+    const double link_rate = std::max(own_rate, sub_ ? sub_->rate(now, iv) : 0.0);
+    return link_rate > 0 && tb < mss / link_rate * static_cast<double>(kSecond) + slack;
+  };
 
   switch (state_) {
     case RsfcState::kStartup:
@@ -467,7 +471,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         return true;
       }
       const double prev = w_;
-      if (tb < probe_level + slack) {
+      if (tb < p.probe_below * T + slack || within_one_packet()) {
         // Each step adds at most probe_step_queue * T of queue should the link turn out to be
         // full; the allowance doubles with every further step that still finds the buffer
         // empty (decisive when far from capacity, careful near it).
