@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "../test/packet_builder.h"
-#include "rsfc/engine.h"
+#include "rsfc/core/engine.h"
 
 namespace {
 

@@ -50,12 +50,11 @@ EXTRA_DELAY_QUEUES = (12, 13)  # bs-namespace NFQUEUE numbers of the delay-step 
 
 # ---- capacity traces -------------------------------------------------------------------
 def traces_dir() -> Path:
-    """<repo>/../shared/traces (RSFC_TRACES_DIR overrides). Raises if missing."""
+    """lab/traces in the repository (RSFC_TRACES_DIR overrides). Raises if missing."""
     env = os.environ.get("RSFC_TRACES_DIR")
-    d = Path(env) if env else REPO.parent / "shared" / "traces"
+    d = Path(env) if env else LAB / "traces"
     if not d.is_dir():
-        raise FileNotFoundError(f"capacity traces not found at {d} (the repository expects "
-                                f"shared/traces beside it; RSFC_TRACES_DIR overrides)")
+        raise FileNotFoundError(f"capacity traces not found at {d} (RSFC_TRACES_DIR overrides)")
     return d
 
 

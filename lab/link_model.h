@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "rsfc/types.h"
+#include "rsfc/core/types.h"
 
 namespace rsfc::lab {
 

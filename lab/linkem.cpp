@@ -5,7 +5,7 @@
 //
 //   rsfc-linkem --link queue=10,delay=20ms --link queue=11,delay=20ms
 //   rsfc-linkem --link queue=10,delay=20ms,rate=2mbit,buffer=1000000
-//   rsfc-linkem --link queue=11,delay=20ms,trace=../shared/traces/Verizon-LTE-short.down,buffer=..
+//   rsfc-linkem --link queue=11,delay=20ms,trace=lab/traces/Verizon-LTE-short.down,buffer=..
 //
 // Prints "ready" on stdout once every queue is bound, and one JSON line of counters per
 // link on exit (SIGINT/SIGTERM) and on SIGUSR1.
@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "link_model.h"
-#include "rsfc/nfqueue.h"
+#include "rsfc/io/nfqueue.h"
 
 namespace rsfc::lab {
 namespace {

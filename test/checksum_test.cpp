@@ -1,6 +1,6 @@
 // Checksum tests: RFC 1624 incremental update vs. full recomputation over random packets,
 // invalid checksums staying exactly as invalid, and the CHECKSUM_PARTIAL (not ready) path.
-// The reference is the builder's naive byte-wise checksum, independent of src/packet.cpp.
+// The reference is the builder's naive byte-wise checksum, independent of src/core/packet.cpp.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "packet_builder.h"
-#include "rsfc/packet.h"
+#include "rsfc/core/packet.h"
 
 namespace rsfc {
 namespace {

@@ -1,6 +1,6 @@
 // Config loading: the contract example, the shipped example file, defaults, every kind of
 // error (one line, naming file, line and key), and the restart-only key list.
-#include "rsfc/config.h"
+#include "rsfc/io/config.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // DRWA on the downlink knob: the published formula on scripted time, its RTT estimate at the
 // gateway (timestamps or not), and closed-loop runs in the packet simulator.
-#include "rsfc/drwa.h"
+#include "rsfc/core/drwa.h"
 
 #include <gtest/gtest.h>
 

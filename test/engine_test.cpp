@@ -1,7 +1,7 @@
 // The whole core on scripted packets: handshake learning, policies, rewrite rules,
 // lifecycle, counters. Packets come from the test packet builder; the engine's output is
 // re-parsed and its checksum verified against a full recomputation.
-#include "rsfc/engine.h"
+#include "rsfc/core/engine.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <functional>
 
 #include "packet_builder.h"
-#include "rsfc/rsfc_controller.h"
-#include "rsfc/window.h"
+#include "rsfc/core/rsfc_controller.h"
+#include "rsfc/core/window.h"
 
 namespace rsfc {
 namespace {

@@ -1,6 +1,6 @@
 // Per-flow estimators on synthetic sequences: tick length, t_buff, delivered rate, echo and
 // lag round trips, handshake halves, and the sliding-window extremum they are built on.
-#include "rsfc/estimators.h"
+#include "rsfc/core/estimators.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "rsfc/flow_table.h"
+#include "rsfc/core/flow_table.h"
 
 #include <gtest/gtest.h>
 

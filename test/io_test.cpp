@@ -22,11 +22,11 @@
 #include <thread>
 #include <vector>
 
-#include "rsfc/decision_log.h"
-#include "rsfc/event_loop.h"
-#include "rsfc/http_metrics.h"
-#include "rsfc/log.h"
-#include "rsfc/nfqueue.h"
+#include "rsfc/io/decision_log.h"
+#include "rsfc/io/event_loop.h"
+#include "rsfc/io/http_metrics.h"
+#include "rsfc/io/log.h"
+#include "rsfc/io/nfqueue.h"
 
 namespace rsfc {
 namespace {

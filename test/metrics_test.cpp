@@ -1,4 +1,4 @@
-#include "rsfc/metrics.h"
+#include "rsfc/core/metrics.h"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 //                                      .mss = 1460, .wscale = 7, .sack_permitted = true});
 //
 // The address family follows the address strings (a ':' means IPv6). The checksum code
-// here is deliberately a naive byte-wise implementation, independent of src/packet.cpp.
+// here is deliberately a naive byte-wise implementation, independent of src/core/packet.cpp.
 #pragma once
 
 #include <arpa/inet.h>
@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "rsfc/packet.h"
+#include "rsfc/core/packet.h"
 
 namespace rsfc::testpkt {
 

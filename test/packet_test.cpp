@@ -1,6 +1,6 @@
 // Parser tests: raw-byte fixtures (each with a tcpdump-style line), builder round trips, and
 // robustness against truncated, mutated and random input (run under ASan/UBSan too).
-#include "rsfc/packet.h"
+#include "rsfc/core/packet.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Test helper (header-only): writes classic pcap files byte by byte, independently of
-// src/pcap.cpp, and wraps IP packets in link-layer headers (Ethernet with VLAN tags, Linux
+// src/tools/pcap.cpp, and wraps IP packets in link-layer headers (Ethernet with VLAN tags, Linux
 // cooked v1/v2).
 //
 //   rsfc::testpcap::Writer w({.linktype = 1, .nanosecond = true, .big_endian = true});

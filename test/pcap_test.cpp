@@ -1,7 +1,7 @@
 // The pcap reader on files written byte by byte by test/pcap_builder.h: every link type,
 // both magics, both byte orders, IPv4 and IPv6; malformed files give one clear error and
 // never a crash (also under random corruption).
-#include "rsfc/pcap.h"
+#include "rsfc/tools/pcap.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

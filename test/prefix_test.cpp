@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "rsfc/types.h"
+#include "rsfc/core/types.h"
 
 namespace rsfc {
 namespace {

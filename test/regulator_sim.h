@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "rsfc/drwa.h"
-#include "rsfc/rsfc_controller.h"
+#include "rsfc/core/drwa.h"
+#include "rsfc/core/rsfc_controller.h"
 
 namespace rsfc::sim {
 

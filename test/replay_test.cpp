@@ -1,7 +1,7 @@
 // rsfc-replay's library on scripted captures: a handshake and ACKs under static and observe,
 // a flow without its handshake, an unanswered SYN, non-IP / non-subscriber / unparsable
 // frames, cut records, port reuse, decision records, and a capture broken part-way.
-#include "rsfc/replay.h"
+#include "rsfc/tools/replay.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

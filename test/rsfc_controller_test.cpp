@@ -1,7 +1,7 @@
 // RSFC uplink controller: scripted time against an open-loop phone whose queues the test sets
 // (feed, advance, expect_window), then closed-loop runs in the packet simulator
 // (test/regulator_sim.h) with the lab's link shapes.
-#include "rsfc/rsfc_controller.h"
+#include "rsfc/core/rsfc_controller.h"
 
 #include <gtest/gtest.h>
 
@@ -361,7 +361,7 @@ TEST(RsfcController, ExplicitThresholdOverridesAuto) {
 
 TEST(RsfcController, WindowIsSizedOnTheRoundTripTheUploadReallySees) {
   // A concurrent download keeps 250 ms in the downlink buffer: the upload's ACKs wait there.
-  // Sizing on RTT_min (50 ms) would starve the upload (DESIGN.md); the window must cover
+  // Sizing on RTT_min (50 ms) would starve the upload (docs/DESIGN.md); the window must cover
   // the 300 ms round trip the flow lives on.
   Script s;
   s.params().min_refresh = 60 * kSecond;

@@ -1,4 +1,4 @@
-#include "rsfc/subscriber_table.h"
+#include "rsfc/core/subscriber_table.h"
 
 #include <gtest/gtest.h>
 

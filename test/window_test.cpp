@@ -1,11 +1,11 @@
-// The rewrite rules (DESIGN.md §5) as a table: only lower, floor, right edge, scale.
-#include "rsfc/window.h"
+// The rewrite rules (docs/DESIGN.md §5) as a table: only lower, floor, right edge, scale.
+#include "rsfc/core/window.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "rsfc/types.h"
+#include "rsfc/core/types.h"
 
 namespace rsfc {
 namespace {

@@ -1,5 +1,5 @@
 """Crafted TCP through the real daemon: the window that arrives on the far side is clamped
-exactly as DESIGN.md §5 says, and nothing else changes (byte-exact comparison, checksums
+exactly as docs/DESIGN.md §5 says, and nothing else changes (byte-exact comparison, checksums
 recomputed by scapy)."""
 
 import math

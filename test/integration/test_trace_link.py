@@ -8,7 +8,7 @@ counted from the trace file over the same window, in the emulator's own time (tr
 zero = rsfc-linkem's start), shifted by the base RTT between the bottleneck and the moment
 the sender sees the delivery. About 75 s.
 
-The traces are <repo>/../shared/traces (RSFC_TRACES_DIR overrides); missing traces FAIL.
+The traces are lab/traces (RSFC_TRACES_DIR overrides); missing traces FAIL.
 """
 
 from __future__ import annotations

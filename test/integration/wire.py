@@ -102,7 +102,7 @@ def tcp_window(ipb: bytes) -> int:
 
 def expected_raw(orig_raw: int, scale: int, target: int, min_window: int = 2920,
                  ack: int | None = None, edge: int | None = None) -> int:
-    """The DESIGN.md §5 rules, written out independently for the tests: lower to
+    """The docs/DESIGN.md §5 rules, written out independently for the tests: lower to
     max(target, floor) rounded UP through min(scale, 14); keep a previously advertised
     right edge; never above the original."""
     s = min(scale, 14)

@@ -1,0 +1,106 @@
+// The pure core's entry point: packet bytes + time in, outcome (and possibly a lowered
+// window, written in place) out. No I/O, no clock. One Engine per worker; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "rsfc/core/metrics.h"
+#include "rsfc/core/packet.h"
+#include "rsfc/core/params.h"
+
+namespace rsfc {
+
+struct PacketMeta {
+  ChecksumState checksum = ChecksumState::kComplete;
+  // The kernel copied fewer bytes than the packet has (NFQA_CAP_LEN): never modify.
+  bool truncated = false;
+};
+
+struct PacketResult {
+  Outcome outcome = Outcome::kPassed;
+  bool modified = false;  // bytes changed in place: return them with the verdict
+};
+
+// One line of the per-flow decision log (RSFC/DRWA); emitted at most once per control step.
+struct DecisionRecord {
+  Nanos time = 0;
+  IpAddr subscriber, peer;
+  uint16_t subscriber_port = 0, peer_port = 0;
+  const char* knob = "";   // "uplink" / "downlink"
+  const char* state = "";  // controller state name
+  double tick_ms = 0;      // subscriber timestamp granularity g (0 = unknown)
+  double t_buff_ms = -1;   // filtered uplink buffering delay (-1 = unknown)
+  double rate_bps = 0;     // delivered rate rho, bits/s (as the field name says)
+  double rtt_min_ms = -1;
+  double rtt_ms = -1;  // the round trip the controller sizes the window on
+  // The window advertised on the ACK this step ran on, in bytes (its window field as
+  // forwarded << the scale): the target after the floor, the right-edge hold and rounding up
+  // to the scale; the ACK's own window when that was smaller, no clamp, or not enforced.
+  uint64_t window_bytes = 0;
+  uint64_t target_bytes = 0;  // the controller's target after the floor; 0 = no clamp
+  bool enforced = true;       // false under policy observe (target_bytes: what it would apply)
+  bool timestamps = false;
+};
+
+class DecisionSink {
+ public:
+  virtual ~DecisionSink() = default;
+  virtual void on_decision(const DecisionRecord& r) = 0;
+};
+
+class FlowTable;
+class SubscriberTable;
+struct FlowRegulators;
+
+class Engine {
+ public:
+  // `flows_max` is fixed for the engine's life (memory is reserved once). `hash_seed`
+  // keys the flow hash: the daemon passes a random value.
+  Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_seed = 0x5eed);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Replaces the parameters (SIGHUP). Flow state is kept.
+  void set_params(const EngineParams& params);
+  const EngineParams& params() const { return params_; }
+
+  // Processes one packet starting at its IP header. May lower the TCP window in place
+  // (then result.modified is true and the checksum is correct). Never fails: anything not
+  // understood comes back with modified == false.
+  PacketResult process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta = {});
+
+  // Drops idle and closed flows. Call about once a second.
+  void expire(Nanos now);
+
+  // Optional per-flow decision log; not owned; nullptr disables.
+  void set_decision_sink(DecisionSink* sink) { sink_ = sink; }
+
+  const CoreCounters& counters() const { return counters_; }
+  size_t active_flows() const;
+  // Memory one flow costs at full capacity: entry, regulator state and hash buckets.
+  static size_t bytes_per_flow();
+  uint32_t flows_max() const;
+
+ private:
+  void reset_flow_state(uint32_t idx);
+  void forget_flow(uint32_t idx);
+  void leave_state_gauge(uint32_t idx);
+  // The regulator's target (UINT64_MAX = no clamp). When a control step ran and a sink is
+  // set, fills `rec` (all but window_bytes) and sets `log`.
+  uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec, bool& log);
+  void join_subscriber(uint32_t idx);
+
+  EngineParams params_;
+  std::unique_ptr<FlowTable> flows_;
+  std::unique_ptr<SubscriberTable> subscribers_;  // rsfc's per-subscriber state
+  std::vector<FlowRegulators> regs_;              // parallel to the flow table, reserved once
+  CoreCounters counters_;
+  DecisionSink* sink_ = nullptr;
+};
+
+}  // namespace rsfc

@@ -1,0 +1,146 @@
+// Per-connection state, one entry per TCP connection whatever the direction, in a
+// fixed-capacity table: memory is reserved once, lookups are open-addressed, and when
+// the table is full the least recently seen flow of the least valuable class is evicted
+// (closed, then embryonic/mid-stream, then established), so a SYN flood cannot push out
+// established flows before it has used up its own class.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "rsfc/core/types.h"
+
+namespace rsfc {
+
+// The connection seen from the subscriber: `sub` is the address inside
+// subscriber_networks, `peer` the other end.
+struct FlowKey {
+  std::array<uint8_t, 16> sub_addr{};
+  std::array<uint8_t, 16> peer_addr{};
+  uint16_t sub_port = 0;
+  uint16_t peer_port = 0;
+  uint8_t family = 0;  // 4 or 6
+  friend bool operator==(const FlowKey&, const FlowKey&) = default;
+};
+
+// What we know about one endpoint of the connection.
+struct Endpoint {
+  uint32_t isn = 0;         // sequence number of its SYN
+  uint32_t right_edge = 0;  // highest ack + window already advertised TO this endpoint
+  uint16_t mss = 0;         // from its SYN (0 = none)
+  uint16_t syn_window = 0;  // window in its SYN (never scaled)
+  uint8_t wscale_raw = 0;   // shift it announced in its SYN (raw; see Flow::scale_known)
+  bool syn_seen = false;
+  bool wscale_option = false;
+  bool timestamps = false;  // its SYN carried a timestamp option
+  bool sack_permitted = false;
+  bool edge_valid = false;
+  bool fin_seen = false;
+};
+
+enum class FlowState : uint8_t {
+  kSynSeen,      // one SYN seen
+  kSynAckSeen,   // SYN and SYN-ACK seen: window scales known
+  kEstablished,  // an ACK followed the SYN-ACK
+  kMidstream,    // first packet was not a SYN: handshake unseen, scales unknown
+  kClosed,       // FIN both ways or RST: lingers briefly for late ACKs
+};
+
+// Which eviction/expiry class a flow is in. Lower classes are evicted first.
+enum class FlowClass : uint8_t { kClosed = 0, kTentative = 1, kEstablished = 2 };
+constexpr size_t kFlowClasses = 3;
+
+constexpr uint32_t kNoFlow = 0xffffffff;
+
+// Per-flow regulator state lives in the engine's parallel array (see engine.cpp); the
+// table only manages identity, lifetime and the handshake facts every policy needs.
+struct Flow {
+  FlowKey key;
+  Endpoint sub;   // the subscriber's end
+  Endpoint peer;  // the server's end
+  Nanos created = 0;
+  Nanos last_seen = 0;
+  uint64_t bytes_from_sub = 0;  // TCP payload bytes, for observe/metrics
+  uint64_t bytes_to_sub = 0;
+  FlowState state = FlowState::kSynSeen;
+  bool sub_initiated = false;  // the subscriber sent the first SYN
+  bool scale_known = false;    // both SYNs seen: shifts below are in force
+  uint8_t sub_scale = 0;       // effective shift of windows the subscriber sends
+  uint8_t peer_scale = 0;      // effective shift of windows the peer sends
+
+  // Table bookkeeping (owned by FlowTable).
+  uint32_t hash = 0;
+  uint32_t lru_prev = kNoFlow;
+  uint32_t lru_next = kNoFlow;
+  FlowClass cls = FlowClass::kTentative;
+  bool in_use = false;
+};
+
+class FlowTable {
+ public:
+  static constexpr uint32_t kBucketsPerFlow = 2;  // load factor <= 0.5
+  // `capacity` flows at most; `seed` keys the hash (random in the daemon, fixed in tests)
+  // so that a remote party cannot aim collisions at us.
+  FlowTable(uint32_t capacity, uint64_t seed);
+  FlowTable(const FlowTable&) = delete;
+  FlowTable& operator=(const FlowTable&) = delete;
+
+  uint32_t hash(const FlowKey& k) const;
+
+  // Index of the flow or kNoFlow.
+  uint32_t find(const FlowKey& k, uint32_t h) const;
+
+  // Inserts a new flow (caller checked it is absent). When full, evicts the least
+  // recently seen flow of the lowest class first; `*evicted` gets its index (kNoFlow if
+  // none), so the caller can reset per-flow state kept elsewhere. The new flow is
+  // default-initialised with key, hash, class, created and last_seen set.
+  uint32_t insert(const FlowKey& k, uint32_t h, FlowClass cls, Nanos now, uint32_t* evicted);
+
+  // Marks the flow as just seen (moves it to the front of its class list).
+  void touch(uint32_t idx, Nanos now);
+  void set_class(uint32_t idx, FlowClass cls);
+  void remove(uint32_t idx);
+
+  // Removes flows of class `cls` not seen since `before`, oldest first; calls
+  // `on_remove(idx)` before each removal. Returns the number removed.
+  template <typename F>
+  size_t expire_class(FlowClass cls, Nanos before, F&& on_remove) {
+    size_t n = 0;
+    for (;;) {
+      const uint32_t idx = tail_[static_cast<size_t>(cls)];
+      if (idx == kNoFlow || flows_[idx].last_seen >= before) break;
+      on_remove(idx);
+      remove(idx);
+      ++n;
+    }
+    return n;
+  }
+
+  Flow& at(uint32_t idx) { return flows_[idx]; }
+  const Flow& at(uint32_t idx) const { return flows_[idx]; }
+  uint32_t size() const { return size_; }
+  uint32_t capacity() const { return capacity_; }
+  uint32_t class_size(FlowClass c) const { return class_size_[static_cast<size_t>(c)]; }
+  // Least recently seen flow of a class (kNoFlow if empty); for tests and expiry.
+  uint32_t oldest(FlowClass c) const { return tail_[static_cast<size_t>(c)]; }
+
+ private:
+  void list_unlink(uint32_t idx);
+  void list_push_front(uint32_t idx);
+  void bucket_erase(uint32_t idx);
+
+  uint32_t capacity_;
+  uint64_t seed_;
+  uint32_t size_ = 0;
+  uint32_t mask_;                  // buckets_.size() - 1
+  std::vector<uint32_t> buckets_;  // flow index + 1; 0 = empty (linear probing)
+  std::vector<Flow> flows_;        // reserved to capacity once; grows up to it, never beyond
+  uint32_t free_head_ = kNoFlow;   // freed slots, linked through lru_next
+  std::array<uint32_t, kFlowClasses> head_{kNoFlow, kNoFlow, kNoFlow};
+  std::array<uint32_t, kFlowClasses> tail_{kNoFlow, kNoFlow, kNoFlow};
+  std::array<uint32_t, kFlowClasses> class_size_{};
+};
+
+}  // namespace rsfc

@@ -1,0 +1,114 @@
+// Counters the core keeps, one set per worker (single writer). The HTTP thread reads them
+// concurrently: each counter is a relaxed atomic so reads are race-free without a lock.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rsfc/core/packet.h"
+
+namespace rsfc {
+
+// A counter with one writer: increment is a relaxed load + store (no locked instruction).
+class Counter {
+ public:
+  void add(uint64_t n = 1) {
+    v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  void set(uint64_t n) { v_.store(n, std::memory_order_relaxed); }
+  uint64_t get() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> v_{0};
+};
+
+enum class Direction : uint8_t { kToSubscriber = 0, kFromSubscriber = 1 };
+constexpr size_t kDirections = 2;
+const char* to_string(Direction d);  // "to_subscriber" / "from_subscriber"
+
+// What happened to a packet. Exactly one outcome per packet.
+enum class Outcome : uint8_t {
+  kPassed = 0,     // forwarded unchanged (tracked)
+  kRewritten,      // forwarded with a lowered window
+  kUnparsed,       // not a TCP segment we understand: unchanged, see parse_errors
+  kNotSubscriber,  // neither (or both) ends in subscriber_networks: unchanged
+  kUnregulated,    // window scale unknown (handshake not seen): unchanged
+  kTruncatedCopy,  // the kernel gave us less than the whole packet: unchanged
+  kCount
+};
+const char* to_string(Outcome o);
+
+// Log-spaced latency histogram (nanoseconds), Prometheus style cumulative on export.
+class LatencyHistogram {
+ public:
+  static constexpr std::array<uint64_t, 12> kBoundsNs{
+      250, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 1000000, 10000000, 100000000};
+  void observe(uint64_t ns);
+  uint64_t bucket(size_t i) const { return buckets_[i].get(); }  // non-cumulative
+  uint64_t count() const { return count_.get(); }
+  uint64_t sum_ns() const { return sum_.get(); }
+
+ private:
+  std::array<Counter, kBoundsNs.size() + 1> buckets_{};
+  Counter count_, sum_;
+};
+
+struct CoreCounters {
+  std::array<std::array<Counter, static_cast<size_t>(Outcome::kCount)>, kDirections> packets{};
+  Counter packets_unknown_direction;  // unparsed / not-subscriber: direction unknown
+  std::array<Counter, static_cast<size_t>(ParseError::kCount)> parse_errors{};
+  std::array<Counter, kDirections> windows_rewritten{};
+  std::array<Counter, kDirections> right_edge_holds{};  // clamp limited by the right edge
+  std::array<Counter, kDirections> floor_holds{};       // clamp limited by min_window_bytes
+  Counter checksum_full;                                // full checksum computed (CSUMNOTREADY)
+  Counter flows_created, flows_evicted, flows_expired, flows_closed;
+  Counter flows_unregulated;  // distinct flows first seen without their handshake
+  // Distinct flows whose uplink knob rsfc regulates without TCP timestamps (it then runs on
+  // the window-opening lag). Not counted: observe (estimates only), static (needs no
+  // timestamps), the downlink's drwa. A flow counts once, from its first rsfc clamp.
+  Counter flows_no_timestamps;
+  Counter flows_active;      // gauge
+  Counter flows_table_full;  // new flow refused because eviction found nothing
+  // RSFC/DRWA health, gauges of flows per controller state etc. are added by the engine.
+  std::array<Counter, 4> rsfc_flows_in_state{};  // indexed by RsfcState
+  Counter rsfc_windows_applied;
+  Counter rsfc_tick_estimates;       // flows whose TS granularity has been estimated
+  Counter rsfc_subscribers;          // gauge: subscribers whose rsfc uploads share state
+  Counter rsfc_subscribers_created;  // entries created (a subscriber's first flow)
+  Counter rsfc_path_rebaselines;     // min(d) raised: a scheduled drain showed a longer path
+  Counter drwa_windows_applied;
+};
+
+// Counters the I/O shell keeps per queue.
+struct QueueCounters {
+  Counter packets_received;
+  Counter verdicts_sent;
+  Counter verdicts_with_payload;
+  Counter batches;
+  Counter recv_errors;  // recvmsg errors (ENOBUFS = overrun)
+  Counter overruns;     // ENOBUFS seen: the kernel dropped messages to us
+  Counter send_errors;
+  Counter gso_packets;                // NFQA_SKB_GSO
+  Counter kernel_queue_dropped;       // from /proc/net/netfilter/nfnetlink_queue
+  Counter kernel_queue_user_dropped;  // idem
+  Counter kernel_queue_total;         // idem: packets waiting now
+  LatencyHistogram processing_time;   // per packet, parse..verdict built
+};
+
+// One queue's counters for rendering (read concurrently with the worker: relaxed loads).
+struct QueueMetricsView {
+  uint16_t queue = 0;
+  const CoreCounters* core = nullptr;  // may be null (queue not running)
+  const QueueCounters* io = nullptr;   // may be null
+};
+
+// Prometheus text exposition format (version 0.0.4) of all queues' counters, with HELP and
+// TYPE lines, plus rsfcd_build_info{version}. Pure: no I/O, no clock.
+std::string render_prometheus(const std::vector<QueueMetricsView>& queues,
+                              std::string_view version);
+
+}  // namespace rsfc

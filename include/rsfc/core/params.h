@@ -1,0 +1,90 @@
+// Tunable parameters of the core: plain structs, filled from YAML by config.cpp (the core
+// never sees YAML), reloadable on SIGHUP. Every field has a safe default.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rsfc/core/types.h"
+
+namespace rsfc {
+
+enum class Policy : uint8_t {
+  kOff,      // not touched (flows are still tracked for the other knob)
+  kObserve,  // tracked and exported, never modified
+  kStatic,   // clamp to a fixed byte count (Android's tcp_rmem_max)
+  kRsfc,     // uplink only: Receiver-Side Flow Control
+  kDrwa,     // downlink only: Dynamic Receive Window Adjustment
+};
+const char* to_string(Policy p);
+
+struct DirectionParams {
+  Policy policy = Policy::kOff;
+  uint32_t static_window_bytes = 65535;
+};
+
+// RSFC controller constants (uplink knob). See conf/rsfcd.yaml and rsfc_controller.h for
+// what each one means; T below is the threshold on the filtered uplink buffering delay.
+struct RsfcParams {
+  // Threshold T on the filtered uplink buffering delay; nullopt = auto: RTT_min, clamped to
+  // [max(threshold_floor, 4 g), threshold_ceiling] (g = the flow's timestamp tick).
+  std::optional<Nanos> threshold;
+  Nanos threshold_floor = 20 * kMilli;         // auto T never below this (TS granularity)
+  Nanos threshold_ceiling = 80 * kMilli;       // auto T never above this (latency budget)
+  Nanos min_window_horizon = 10 * kSecond;     // sliding window for min(d) and RTT_min
+  Nanos tbuff_filter = 200 * kMilli;           // short windowed minimum on t_buff samples
+  Nanos control_interval_floor = 20 * kMilli;  // time base floor for "per RTT" steps
+  Nanos rtt_smoothing = 1 * kSecond;           // the window is sized on the RTT averaged over this
+  double growth_per_rtt = 0.25;                // probe: multiplicative growth per step ...
+  double probe_step_queue = 0.5;               // ... but at most rho * this * T bytes per step
+  double probe_below = 0.25;                   // probe only while t_buff < this * T
+  double fast_target = 0.75;                   // fast state: window = rho * (RTT + this * T)
+  Nanos min_refresh = 5 * kSecond;             // period of the scheduled drains (monitor)
+  double drain_fraction = 0.75;                // monitor: window = this * rho * RTT
+  Nanos path_check = 1 * kSecond;              // drain: longer path if t_buff holds; 0 = off
+  double path_foreign_rate = 0.8;              // ... and the flow delivers below this * rho
+  Nanos path_tolerance = 5 * kMilli;           // ... and its floor stays within this (or 2 g)
+  Nanos max_interval = 1 * kSecond;            // control steps at least this often
+  double tick_multiple = 4;                    // auto T >= this * g
+  double rtt_gain = 0.25;                      // EWMA gain per round-trip sample
+  uint32_t monitor_after_steps = 3;            // fast: drain after this many steps in force
+  uint32_t monitor_steps = 2;                  // drain: this many steps in force
+  Nanos fine_tick = 2 * kMilli;                // drains may be skipped with a tick <= this
+  double unused_fraction = 0.5;                // in flight below this * W: window unused ...
+  double unused_decay = 0.25;                  // ... and shrinks by this per step
+  double startup_growth = 2.0;                 // startup clamp >= this * in-flight
+  bool per_subscriber = true;                  // uploads of one subscriber share a link rate
+  double share_equalize = 0.75;                // ... each flow's share pulled this far to 1/N
+  uint32_t initial_window_bytes = 0;           // startup clamp floor before estimates; 0 = 64 KB
+  uint32_t probe_doublings = 4;                // probe step cap doubles up to 2^this times
+  double recut_fraction = 0.9;                 // fast: a cut below this * W is a new cut
+  uint32_t min_window_segments = 2;            // the controller's window >= this many MSS
+  double lag_confirm_fraction = 0.1;           // no TS: lag within this of its min = empty
+  double refresh_holdoff = 0.5;                // no scheduled drain within this * min_refresh
+  std::string decision_log;                    // JSON-lines path, empty = off
+};
+
+// DRWA constants (downlink knob), see drwa.h.
+struct DrwaParams {
+  double alpha = 7.0 / 8.0;  // cwnd_est smoothing (published default 7/8)
+  double lambda = 3.0;       // rwnd = lambda * RTT_min / RTT_est * cwnd_est (published: 3)
+  Nanos interval_floor = 10 * kMilli;  // "once per RTT" never more often than this
+  Nanos rtt_min_horizon = 0;           // RTT_min ages out after this; 0 = flow lifetime
+};
+
+// What the engine needs; everything here may change on SIGHUP.
+struct EngineParams {
+  std::vector<Prefix> subscriber_networks;
+  DirectionParams uplink;    // window in ACKs travelling to subscribers
+  DirectionParams downlink;  // window in ACKs travelling from subscribers
+  uint32_t min_window_bytes = 2920;
+  Nanos idle_timeout = 300 * kSecond;
+  Nanos closed_timeout = 10 * kSecond;     // FIN/RST seen both ways: linger for late ACKs
+  Nanos embryonic_timeout = 30 * kSecond;  // handshake not completed
+  RsfcParams rsfc;
+  DrwaParams drwa;
+};
+
+}  // namespace rsfc

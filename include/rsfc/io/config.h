@@ -1,0 +1,45 @@
+// The daemon's configuration: YAML mapped once into a plain struct. Strict: an unknown
+// key, a wrong type, an out-of-range value or a bad prefix is a ConfigError whose message
+// is one line naming the file, line and key.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rsfc/core/params.h"
+
+namespace rsfc {
+
+enum class LogLevel : uint8_t { kDebug, kInfo, kWarn, kError };
+
+struct Config {
+  std::vector<uint16_t> queues{0};
+  uint32_t queue_maxlen = 8192;      // queue.maxlen: kernel-side packets waiting for us
+  uint32_t socket_rcvbuf = 8 << 20;  // queue.socket_buffer_bytes
+  uint32_t batch_size = 64;          // queue.batch: packets drained per wakeup at most
+  uint32_t flows_max = 1'000'000;
+  std::string metrics_listen = "127.0.0.1:9477";  // "" disables the HTTP endpoint
+  LogLevel log_level = LogLevel::kInfo;
+  EngineParams params;
+};
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses YAML text. `source` names the file in error messages.
+Config parse_config(std::string_view yaml_text, std::string_view source = "<config>");
+// Reads and parses a file; a missing/unreadable file is a ConfigError too.
+Config load_config_file(const std::string& path);
+
+// Keys that need a restart (queues, flows.max, metrics.listen, queue.*): a list of their
+// names whose values differ, for the reload path to warn about.
+std::vector<std::string> restart_only_differences(const Config& running, const Config& loaded);
+
+const char* to_string(LogLevel l);
+
+}  // namespace rsfc

@@ -1,0 +1,475 @@
+#include "rsfc/core/estimators.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace rsfc {
+
+TcpSegment TcpSegment::from_view(const PacketView& v) {
+  TcpSegment s;
+  s.seq = v.seq;
+  s.ack = v.ack;
+  s.payload_len = v.payload_len;
+  s.flags = v.flags;
+  s.has_ts = v.opts.has_timestamps;
+  s.tsval = v.opts.tsval;
+  s.tsecr = v.opts.tsecr;
+  s.mss_option = v.opts.has_mss ? v.opts.mss : 0;
+  return s;
+}
+
+// --- TickEstimator -----------------------------------------------------------------------
+
+void TickEstimator::publish(double g, bool snapped, Quality q) {
+  const bool changed = g_ == 0 || std::fabs(g - g_) > g_ * 1e-6;
+  g_ = g;
+  snapped_ = snapped;
+  quality_ = q;
+  if (changed) ++version_;
+}
+
+void TickEstimator::reanchor() {
+  upper_.reanchor();
+  lower_.reanchor();
+}
+
+bool TickEstimator::Slope::add(Nanos t, int64_t ticks) {
+  if (!anchored_) {
+    anchored_ = true;
+    open_ = false;
+    anchor_t_ = t;
+    anchor_ticks_ = ticks;
+    checkpoint_span_ = 0;
+    return false;
+  }
+  const Nanos span = t - anchor_t_;
+  const int64_t dt = ticks - anchor_ticks_;
+  if (span < kMinSpan || dt <= 0) return false;
+  const double slope = static_cast<double>(span) / static_cast<double>(dt);
+  if (!open_) {
+    open_ = true;
+    block_start_ = t;
+    best_ = slope;
+    return false;
+  }
+  if (take_min_ ? slope < best_ : slope > best_) best_ = slope;
+  if (t - block_start_ < kBlock) return false;
+  // Block end: publish its extreme, check stability across doublings of the span.
+  value_ = best_;
+  has_value_ = true;
+  if (checkpoint_span_ == 0) {
+    checkpoint_span_ = span;
+    checkpoint_value_ = value_;
+  } else if (span >= 2 * checkpoint_span_) {
+    stable_ = std::fabs(value_ - checkpoint_value_) <= value_ * kStableTolerance;
+    checkpoint_span_ = span;
+    checkpoint_value_ = value_;
+  }
+  block_start_ = t;
+  best_ = slope;
+  return true;
+}
+
+void TickEstimator::on_sample(Nanos arrival, int64_t ticks) {
+  if (upper_.add(arrival, ticks)) decide();
+}
+
+void TickEstimator::on_echo(Nanos forwarded, int64_t ticks) {
+  if (!lower_.anchored()) {
+    echo_first_t_ = forwarded;
+    echo_first_ticks_ = ticks;
+    echo_hint_tried_ = false;
+  } else if (quality_ == Quality::kUnknown && !echo_hint_tried_ &&
+             forwarded - echo_first_t_ >= kEchoHintSpan) {
+    // Provisional value from the first echoes (blind to the uplink queue); one try.
+    echo_hint_tried_ = true;
+    try_hint(forwarded - echo_first_t_, ticks - echo_first_ticks_);
+  }
+  if (lower_.add(forwarded, ticks)) decide();
+}
+
+void TickEstimator::decide() {
+  if (quality_ == Quality::kEstimated && snapped_) return;  // a snap is final
+  const auto u = upper_.value();
+  const auto l = lower_.value();
+  // A side that has samples but no value yet gets its chance first.
+  if ((!u && upper_.anchored()) || (!l && lower_.anchored())) return;
+  if (!u && !l) return;
+  const double lo = std::min(l ? *l : *u, u ? *u : *l);
+  const double hi = std::max(l ? *l : *u, u ? *u : *l);
+  // A narrow bracket: the one candidate inside it. A wide one almost always means an uplink
+  // queue growing under an unregulated sender (startup), which inflates U only: then only a
+  // candidate close to L counts (3.333 ms with U inflated to 4 must not become 4).
+  const double top = hi / lo - 1.0 <= kMaxBracket ? hi : std::min(hi, lo * (1.0 + kLowerSlack));
+  std::optional<Nanos> match;
+  int matches = 0;
+  for (Nanos c : kCandidates) {
+    const double cd = static_cast<double>(c);
+    if (cd >= lo * (1.0 - kSnapTolerance) && cd <= top * (1.0 + kSnapTolerance)) {
+      match = c;
+      ++matches;
+    }
+  }
+  if (matches == 1) {
+    publish(static_cast<double>(*match), true, Quality::kEstimated);
+    return;
+  }
+  // Odd value: the stable side(s). Both present but far apart: as above, the arrival side is
+  // the suspect (an uplink queue growing at a steady rate even looks stable), so L alone.
+  double g = 0;
+  if (u && l && hi / lo - 1.0 > 2.0 * kStableTolerance) {
+    if (!lower_.stable()) return;
+    g = *l;
+  } else if (u && l) {
+    if (!upper_.stable() || !lower_.stable()) return;
+    g = (*u + *l) / 2;
+  } else if (u) {
+    if (!upper_.stable()) return;
+    g = *u;
+  } else {
+    if (!lower_.stable()) return;
+    g = *l;
+  }
+  if (quality_ != Quality::kEstimated || std::fabs(g - g_) > g_ * 1e-4) {
+    publish(g, false, Quality::kEstimated);
+  }
+}
+
+void TickEstimator::on_handshake(Nanos a_syn, int64_t t_syn, Nanos a_ack, int64_t t_ack) {
+  if (quality_ != Quality::kUnknown) return;
+  try_hint(a_ack - a_syn, t_ack - t_syn);
+}
+
+void TickEstimator::try_hint(Nanos span, int64_t dt) {
+  if (span < kHintMinSpan || dt < 2) return;
+  const double hint = static_cast<double>(span) / static_cast<double>(dt);
+  std::optional<Nanos> match;
+  for (Nanos c : kCandidates) {
+    const double n = static_cast<double>(span) / static_cast<double>(c);  // ticks in the span
+    if (n <= 2.0) continue;  // one tick of quantisation could be anything
+    const double tol = 1.0 / (n - 1.0) + kHintSlack;
+    if (std::fabs(hint / static_cast<double>(c) - 1.0) <= tol) {
+      if (match) return;  // ambiguous
+      match = c;
+    }
+  }
+  if (match) publish(static_cast<double>(*match), true, Quality::kHint);
+}
+
+// --- UplinkDelayEstimator ------------------------------------------------------------------
+
+int64_t UplinkDelayEstimator::d_of(Nanos now, int64_t ticks) const {
+  return (now - ref_a_) - std::llround(static_cast<double>(ticks - ref_t_) * g_used_);
+}
+
+void UplinkDelayEstimator::on_handshake(Nanos a_syn, uint32_t ts_syn, Nanos a_ack,
+                                        uint32_t ts_ack) {
+  if (hint_given_) return;
+  hint_given_ = true;
+  // Unwrap the ACK's TSval relative to the SYN's (a separate, local unwrap: the pair may be
+  // given after later segments were fed).
+  const int64_t t_syn = ts_syn;
+  const int64_t t_ack = t_syn + static_cast<int32_t>(ts_ack - ts_syn);
+  tick_.on_handshake(a_syn, t_syn, a_ack, t_ack);
+}
+
+std::optional<Nanos> UplinkDelayEstimator::on_segment(Nanos now, uint32_t tsval, Nanos horizon,
+                                                      Nanos filter,
+                                                      std::optional<Nanos> echo_forwarded) {
+  const int64_t ticks = unwrap_.unwrap(tsval);
+  if (have_last_ && now - last_sample_ > horizon) {
+    // Idle longer than the horizon: nothing from before is trusted (see header).
+    tick_.reanchor();
+    dmin_.clear();
+    filter_.clear();
+    has_ref_ = false;
+    confirmed_ = false;
+    last_raw_.reset();
+    ++min_rises_;
+    last_min_.reset();
+  }
+  last_sample_ = now;
+  have_last_ = true;
+  last_ticks_ = ticks;
+  tick_.on_sample(now, ticks);
+  if (echo_forwarded) tick_.on_echo(*echo_forwarded, ticks);
+  if (!tick_.known()) return std::nullopt;
+
+  if (!has_ref_) {
+    has_ref_ = true;
+    ref_a_ = now;
+    ref_t_ = ticks;
+    g_used_ = tick_.ns_per_tick();
+    tick_version_ = tick_.version();
+  } else if (tick_.version() != tick_version_) {
+    const double g_new = tick_.ns_per_tick();
+    const double dg = g_new - g_used_;
+    dmin_.rebase([dg](int64_t value, int64_t aux) {
+      return value - std::llround(static_cast<double>(aux) * dg);
+    });
+    if (std::fabs(dg) > g_used_ * 0.01) filter_.clear();  // a big change: old t_buff is noise
+    g_used_ = g_new;
+    tick_version_ = tick_.version();
+    ++min_rises_;  // a re-based minimum is not the one a drain confirmed
+    last_min_.reset();
+  }
+
+  const int64_t d = d_of(now, ticks);
+  const auto before = dmin_.empty() ? std::nullopt : dmin_.get(now, horizon);
+  dmin_.update(now, d, horizon, ticks - ref_t_);
+  const auto m = dmin_.get(now, horizon);
+  const Nanos tb = m && d > m->value ? d - m->value : 0;
+  const double tol = std::max(static_cast<double>(kConfirmFloor), g_used_);
+  if (before && m && static_cast<double>(before->value - m->value) > tol) {
+    ++min_drops_;  // a delay below the minimum: it had a queue in it (or the route shortened)
+  }
+  if (m) {
+    // The old minimum aged out and the new one is higher by more than the confirmation
+    // tolerance (relative to the lowest minimum since the last counted rise, so that a slow
+    // creep counts too; sub-tick jitter of the stored minimum does not).
+    if (last_min_ && m->value >= *last_min_) {
+      if (static_cast<double>(m->value - *last_min_) > tol) {
+        ++min_rises_;
+        last_min_ = m->value;
+      }
+    } else {
+      last_min_ = m->value;
+    }
+  }
+  last_raw_ = tb;
+  if (filter > 0) filter_.update(now, tb, filter);
+  if (static_cast<double>(tb) <= tol) {
+    confirmed_at_ = now;
+    confirmed_ = true;
+  }
+  return tb;
+}
+
+std::optional<Nanos> UplinkDelayEstimator::filtered(Nanos now, Nanos filter) const {
+  if (filter <= 0) return last_raw_;
+  const auto s = filter_.get(now, filter);
+  if (!s) return std::nullopt;
+  return s->value;
+}
+
+std::optional<Nanos> UplinkDelayEstimator::min_delay(Nanos now, Nanos horizon) const {
+  if (!has_ref_ || dmin_.empty()) return std::nullopt;
+  const auto m = dmin_.get(now, horizon);
+  if (!m) return std::nullopt;
+  return m->value;
+}
+
+void UplinkDelayEstimator::raise_baseline(Nanos now, Nanos by) {
+  if (!has_ref_ || dmin_.empty() || by <= 0) return;
+  // Stamp the new minimum `now`: it then ages like a fresh sample.
+  const auto m = dmin_.get(now, std::numeric_limits<Nanos>::max() / 4);
+  if (!m) return;
+  dmin_.reset_to(now, m->value + by, last_ticks_ - ref_t_);
+  ++min_rises_;
+  last_min_.reset();
+  filter_.clear();
+  last_raw_.reset();
+  confirmed_at_ = now;
+  confirmed_ = true;
+}
+
+// --- DeliveredRate -------------------------------------------------------------------------
+
+void DeliveredRate::start(uint32_t next_seq) {
+  high_end_ = next_seq;
+  started_ = true;
+}
+
+uint32_t DeliveredRate::on_data(Nanos now, uint32_t seq, uint32_t len, Nanos interval) {
+  if (len == 0) return 0;
+  const uint32_t end = seq + len;
+  if (!started_) start(seq);
+  if (!seq_gt(end, high_end_)) return 0;
+  // Bytes beyond the highest end; a segment straddling it counts only its new part.
+  const uint32_t fresh = end - (seq_gt(seq, high_end_) ? seq : high_end_);
+  high_end_ = end;
+  total_ += fresh;
+  if (open_ && now - last_new_at_ > max_window(interval)) open_ = false;  // idle: restart
+  last_new_at_ = now;
+  if (!open_) {
+    // The first arrival opens the interval; its bytes arrived "at" the opening instant.
+    open_ = true;
+    open_at_ = now;
+    bytes_ = 0;
+    return fresh;
+  }
+  bytes_ += fresh;
+  if (now - open_at_ >= interval && now > open_at_) {
+    last_ = static_cast<double>(bytes_) * static_cast<double>(kSecond) /
+            static_cast<double>(now - open_at_);
+    max_.update(now, std::llround(last_), max_window(interval));
+    ++samples_;
+    open_at_ = now;
+    bytes_ = 0;
+  }
+  return fresh;
+}
+
+double DeliveredRate::max(Nanos now, Nanos interval) const {
+  const auto m = max_.get(now, max_window(interval));
+  return m ? std::max(static_cast<double>(m->value), last_) : last_;
+}
+
+// --- EchoSampler ---------------------------------------------------------------------------
+
+void EchoSampler::on_forward(Nanos now, uint32_t tsval, Nanos min_spacing) {
+  if (have_last_ && !seq_gt(tsval, last_tsval_)) return;  // not a new TSval
+  last_tsval_ = tsval;
+  have_last_ = true;
+  if (recorded_ && now - last_record_ < min_spacing) return;
+  for (Slot& s : slots_) {
+    if (!s.pending || now - s.time > kMaxAge) {
+      s = {now, tsval, true};
+      last_record_ = now;
+      recorded_ = true;
+      return;
+    }
+  }
+}
+
+std::optional<Nanos> EchoSampler::on_echo(Nanos now, uint32_t tsecr) {
+  std::optional<Nanos> sample;
+  for (Slot& s : slots_) {
+    if (!s.pending) continue;
+    if (s.tsval == tsecr) {
+      sample = now - s.time;
+      s.pending = false;
+    } else if (seq_lt(s.tsval, tsecr)) {
+      s.pending = false;  // the far end has echoed something newer: never this one
+    }
+  }
+  return sample;
+}
+
+// --- WindowOpeningLag ----------------------------------------------------------------------
+
+void WindowOpeningLag::on_edge_forwarded(Nanos now, uint32_t edge, Nanos min_spacing) {
+  if (!have_edge_) {
+    have_edge_ = true;
+    max_edge_ = edge;
+    return;
+  }
+  if (!seq_gt(edge, max_edge_)) return;
+  const uint32_t prev = max_edge_;
+  max_edge_ = edge;
+  if (recorded_ && now - last_record_ < min_spacing) return;
+  for (Slot& s : slots_) {
+    if (!s.pending || now - s.time > kMaxAge) {
+      s = {now, prev, true};
+      last_record_ = now;
+      recorded_ = true;
+      return;
+    }
+  }
+}
+
+std::optional<Nanos> WindowOpeningLag::on_data(Nanos now, uint32_t end) {
+  std::optional<Nanos> latest;
+  for (Slot& s : slots_) {
+    if (!s.pending) continue;
+    if (now - s.time > kMaxAge) {
+      s.pending = false;
+      continue;
+    }
+    if (seq_gt(end, s.prev_edge)) {
+      if (!latest || s.time > *latest) latest = s.time;
+      s.pending = false;
+    }
+  }
+  if (!latest) return std::nullopt;
+  return now - *latest;
+}
+
+// --- HandshakeTimer ------------------------------------------------------------------------
+
+void HandshakeTimer::on_segment(Nanos now, bool from_subscriber, const TcpSegment& s) {
+  if (done_ || s.rst()) return;
+  if (s.syn() && !s.ack_flag()) {
+    if (syn_count_ == 0) {
+      sub_opened_ = from_subscriber;
+    } else if (from_subscriber != sub_opened_) {
+      return;  // simultaneous open: not timed
+    }
+    syn_at_ = now;  // a retransmitted SYN: the later one (its half is not sampled anyway)
+    syn_ts_ = s.has_ts;
+    if (from_subscriber && s.has_ts) {
+      ts_.a_syn = now;
+      ts_.ts_syn = s.tsval;
+    }
+    if (syn_count_ < 255) ++syn_count_;
+    return;
+  }
+  if (syn_count_ == 0 || from_subscriber == sub_opened_) {
+    // Nothing to time yet, or a segment from the opener: maybe the handshake ACK.
+    if (syn_count_ == 0 || synack_count_ == 0 || !s.ack_flag() || s.syn()) return;
+    if (s.ack != synack_seq_ + 1) return;
+    if (synack_count_ == 1) {
+      const Nanos half = now - synack_at_;
+      if (sub_opened_) {
+        phone_half_ = half;
+      } else {
+        server_half_ = half;
+      }
+    }
+    if (from_subscriber && s.has_ts) {
+      ts_.a_ack = now;
+      ts_.ts_ack = s.tsval;
+      ack_ts_ = true;
+    }
+    done_ = true;
+    return;
+  }
+  if (s.syn() && s.ack_flag()) {
+    if (synack_count_ == 0) {
+      synack_seq_ = s.seq;
+      synack_ts_ = s.has_ts;
+      if (syn_count_ == 1) {
+        const Nanos half = now - syn_at_;
+        if (sub_opened_) {
+          server_half_ = half;
+        } else {
+          phone_half_ = half;
+        }
+      }
+    }
+    synack_at_ = now;
+    if (synack_count_ < 255) ++synack_count_;
+  }
+}
+
+std::optional<HandshakeTimer::TsPair> HandshakeTimer::ts_pair() const {
+  if (!done_ || !sub_opened_ || !syn_ts_ || !ack_ts_) return std::nullopt;
+  return ts_;
+}
+
+// --- AckProbe ------------------------------------------------------------------------------
+
+void AckProbe::on_data(Nanos now, uint32_t seq, uint32_t len) {
+  if (len == 0) return;
+  const uint32_t end = seq + len;
+  if (outstanding_ && now - time_ > kMaxAge) outstanding_ = false;
+  if (have_high_ && !seq_gt(end, high_)) {
+    if (outstanding_ && seq_lt(seq, end_)) outstanding_ = false;  // retransmission: Karn
+    return;
+  }
+  high_ = end;
+  have_high_ = true;
+  if (!outstanding_) {
+    outstanding_ = true;
+    end_ = end;
+    time_ = now;
+  }
+}
+
+std::optional<Nanos> AckProbe::on_ack(Nanos now, uint32_t ack) {
+  if (!outstanding_ || !seq_ge(ack, end_)) return std::nullopt;
+  outstanding_ = false;
+  return now - time_;
+}
+
+}  // namespace rsfc

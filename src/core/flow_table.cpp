@@ -1,0 +1,165 @@
+#include "rsfc/core/flow_table.h"
+
+#include <bit>
+#include <cstring>
+#include <stdexcept>
+
+namespace rsfc {
+namespace {
+
+uint64_t load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// 64x64 -> 128 multiply folded to 64 bits (the wyhash mixing step).
+uint64_t mix(uint64_t a, uint64_t b) {
+  __extension__ using u128 = unsigned __int128;
+  const u128 r = static_cast<u128>(a) * b;
+  return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
+}
+
+constexpr uint64_t kP0 = 0xa0761d6478bd642full, kP1 = 0xe7037ed1a0b428dbull,
+                   kP2 = 0x8ebc6af09c88c6e3ull, kP3 = 0x589965cc75374cc3ull;
+
+}  // namespace
+
+FlowTable::FlowTable(uint32_t capacity, uint64_t seed) : capacity_(capacity), seed_(seed) {
+  if (capacity == 0) throw std::invalid_argument("flow table capacity must be > 0");
+  // Load factor <= 0.5 keeps linear-probe chains short.
+  const uint64_t buckets =
+      std::bit_ceil(std::max<uint64_t>(16, uint64_t{capacity} * kBucketsPerFlow));
+  buckets_.assign(buckets, 0);
+  mask_ = static_cast<uint32_t>(buckets - 1);
+  flows_.reserve(capacity);  // the only allocation of flow memory; pages fault in on use
+}
+
+uint32_t FlowTable::hash(const FlowKey& k) const {
+  const uint8_t* s = k.sub_addr.data();
+  const uint8_t* p = k.peer_addr.data();
+  uint64_t h = mix(load64(s) ^ kP0 ^ seed_, load64(s + 8) ^ kP1);
+  h = mix(h ^ load64(p) ^ kP2, load64(p + 8) ^ kP3 ^ seed_);
+  const uint64_t ports = (uint64_t{k.sub_port} << 32) | (uint64_t{k.peer_port} << 16) | k.family;
+  h = mix(h ^ ports ^ kP1, seed_ ^ kP0);
+  return static_cast<uint32_t>(h ^ (h >> 32));
+}
+
+uint32_t FlowTable::find(const FlowKey& k, uint32_t h) const {
+  for (uint32_t b = h & mask_;; b = (b + 1) & mask_) {
+    const uint32_t slot = buckets_[b];
+    if (slot == 0) return kNoFlow;
+    const Flow& f = flows_[slot - 1];
+    if (f.hash == h && f.key == k) return slot - 1;
+  }
+}
+
+void FlowTable::list_unlink(uint32_t idx) {
+  Flow& f = flows_[idx];
+  const size_t c = static_cast<size_t>(f.cls);
+  if (f.lru_prev != kNoFlow)
+    flows_[f.lru_prev].lru_next = f.lru_next;
+  else
+    head_[c] = f.lru_next;
+  if (f.lru_next != kNoFlow)
+    flows_[f.lru_next].lru_prev = f.lru_prev;
+  else
+    tail_[c] = f.lru_prev;
+  f.lru_prev = f.lru_next = kNoFlow;
+  --class_size_[c];
+}
+
+void FlowTable::list_push_front(uint32_t idx) {
+  Flow& f = flows_[idx];
+  const size_t c = static_cast<size_t>(f.cls);
+  f.lru_prev = kNoFlow;
+  f.lru_next = head_[c];
+  if (head_[c] != kNoFlow)
+    flows_[head_[c]].lru_prev = idx;
+  else
+    tail_[c] = idx;
+  head_[c] = idx;
+  ++class_size_[c];
+}
+
+// Backward-shift deletion keeps probe chains intact without tombstones.
+void FlowTable::bucket_erase(uint32_t idx) {
+  uint32_t b = flows_[idx].hash & mask_;
+  while (buckets_[b] != idx + 1) b = (b + 1) & mask_;
+  uint32_t hole = b;
+  for (uint32_t j = (hole + 1) & mask_;; j = (j + 1) & mask_) {
+    const uint32_t slot = buckets_[j];
+    if (slot == 0) break;
+    const uint32_t home = flows_[slot - 1].hash & mask_;
+    // Move the entry back if its home is not in (hole, j] (cyclically).
+    const bool between = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (!between) {
+      buckets_[hole] = slot;
+      hole = j;
+    }
+  }
+  buckets_[hole] = 0;
+}
+
+uint32_t FlowTable::insert(const FlowKey& k, uint32_t h, FlowClass cls, Nanos now,
+                           uint32_t* evicted) {
+  *evicted = kNoFlow;
+  if (size_ == capacity_) {
+    for (size_t c = 0; c < kFlowClasses; ++c) {
+      if (tail_[c] != kNoFlow) {
+        *evicted = tail_[c];
+        remove(tail_[c]);
+        break;
+      }
+    }
+  }
+  uint32_t idx;
+  if (free_head_ != kNoFlow) {
+    idx = free_head_;
+    free_head_ = flows_[idx].lru_next;
+    flows_[idx] = Flow{};
+  } else {
+    idx = static_cast<uint32_t>(flows_.size());
+    flows_.emplace_back();  // within the reserved capacity: no reallocation
+  }
+  Flow& f = flows_[idx];
+  f.key = k;
+  f.hash = h;
+  f.cls = cls;
+  f.created = f.last_seen = now;
+  f.in_use = true;
+  list_push_front(idx);
+  uint32_t b = h & mask_;
+  while (buckets_[b] != 0) b = (b + 1) & mask_;
+  buckets_[b] = idx + 1;
+  ++size_;
+  return idx;
+}
+
+void FlowTable::touch(uint32_t idx, Nanos now) {
+  Flow& f = flows_[idx];
+  f.last_seen = now;
+  if (head_[static_cast<size_t>(f.cls)] == idx) return;
+  list_unlink(idx);
+  list_push_front(idx);
+}
+
+void FlowTable::set_class(uint32_t idx, FlowClass cls) {
+  Flow& f = flows_[idx];
+  if (f.cls == cls) return;
+  list_unlink(idx);
+  f.cls = cls;
+  list_push_front(idx);
+}
+
+void FlowTable::remove(uint32_t idx) {
+  bucket_erase(idx);
+  list_unlink(idx);
+  Flow& f = flows_[idx];
+  f.in_use = false;
+  f.lru_next = free_head_;
+  free_head_ = idx;
+  --size_;
+}
+
+}  // namespace rsfc

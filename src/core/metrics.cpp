@@ -1,0 +1,322 @@
+#include "rsfc/core/metrics.h"
+
+#include <charconv>
+#include <cstdio>
+#include <functional>
+
+#include "rsfc/core/rsfc_controller.h"
+
+namespace rsfc {
+
+const char* to_string(Direction d) {
+  switch (d) {
+    case Direction::kToSubscriber:
+      return "to_subscriber";
+    case Direction::kFromSubscriber:
+      return "from_subscriber";
+  }
+  return "unknown";
+}
+
+const char* to_string(Outcome o) {
+  switch (o) {
+    case Outcome::kPassed:
+      return "passed";
+    case Outcome::kRewritten:
+      return "rewritten";
+    case Outcome::kUnparsed:
+      return "unparsed";
+    case Outcome::kNotSubscriber:
+      return "not_subscriber";
+    case Outcome::kUnregulated:
+      return "unregulated";
+    case Outcome::kTruncatedCopy:
+      return "truncated_copy";
+    case Outcome::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+void LatencyHistogram::observe(uint64_t ns) {
+  size_t i = 0;
+  while (i < kBoundsNs.size() && ns > kBoundsNs[i]) ++i;
+  buckets_[i].add();
+  count_.add();
+  sum_.add(ns);
+}
+
+namespace {
+
+class Writer {
+ public:
+  explicit Writer(std::string& out) : out_(out) {}
+
+  void family(const char* name, const char* type, const char* help) {
+    out_ += "# HELP ";
+    out_ += name;
+    out_ += ' ';
+    out_ += help;
+    out_ += "\n# TYPE ";
+    out_ += name;
+    out_ += ' ';
+    out_ += type;
+    out_ += '\n';
+  }
+
+  // name{labels} value. `labels` is already rendered ("queue=\"0\",direction=\"x\"").
+  void sample(std::string_view name, std::string_view labels, uint64_t v) {
+    head(name, labels);
+    char buf[24];
+    auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    out_.append(buf, r.ptr);
+    out_ += '\n';
+  }
+  void sample(std::string_view name, std::string_view labels, double v) {
+    head(name, labels);
+    number(v);
+    out_ += '\n';
+  }
+  void number(double v) {
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    out_.append(buf, r.ptr);
+  }
+
+ private:
+  void head(std::string_view name, std::string_view labels) {
+    out_ += name;
+    if (!labels.empty()) {
+      out_ += '{';
+      out_ += labels;
+      out_ += '}';
+    }
+    out_ += ' ';
+  }
+  std::string& out_;
+};
+
+std::string label(const char* k, std::string_view v) {
+  std::string s(k);
+  s += "=\"";
+  for (char c : v) {  // label value escaping: backslash, quote, newline
+    if (c == '\\' || c == '"') {
+      s += '\\';
+      s += c;
+    } else if (c == '\n') {
+      s += "\\n";
+    } else {
+      s += c;
+    }
+  }
+  s += '"';
+  return s;
+}
+
+std::string qlabel(uint16_t q) {
+  return label("queue", std::to_string(q));
+}
+
+using CoreGetter = std::function<uint64_t(const CoreCounters&)>;
+using IoGetter = std::function<uint64_t(const QueueCounters&)>;
+
+void core_family(Writer& w, const std::vector<QueueMetricsView>& qs, const char* name,
+                 const char* type, const char* help, const CoreGetter& get) {
+  w.family(name, type, help);
+  for (const auto& q : qs) {
+    if (q.core != nullptr) w.sample(name, qlabel(q.queue), get(*q.core));
+  }
+}
+
+void io_family(Writer& w, const std::vector<QueueMetricsView>& qs, const char* name,
+               const char* type, const char* help, const IoGetter& get) {
+  w.family(name, type, help);
+  for (const auto& q : qs) {
+    if (q.io != nullptr) w.sample(name, qlabel(q.queue), get(*q.io));
+  }
+}
+
+void per_direction(Writer& w, const std::vector<QueueMetricsView>& qs, const char* name,
+                   const char* help, std::array<Counter, kDirections> CoreCounters::*member) {
+  w.family(name, "counter", help);
+  for (const auto& q : qs) {
+    if (q.core == nullptr) continue;
+    for (size_t d = 0; d < kDirections; ++d) {
+      w.sample(name,
+               qlabel(q.queue) + "," + label("direction", to_string(static_cast<Direction>(d))),
+               ((*q.core).*member)[d].get());
+    }
+  }
+}
+
+}  // namespace
+
+std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::string_view version) {
+  std::string out;
+  out.reserve(16384);
+  Writer w(out);
+
+  w.family("rsfcd_build_info", "gauge", "Build information (value is always 1).");
+  w.sample("rsfcd_build_info", label("version", version), uint64_t{1});
+
+  // Packets by direction and outcome. Packets whose direction is unknown (not parsed, or
+  // not between a subscriber and a peer) are counted by the core without an outcome
+  // breakdown: their outcome is derived from the parse error counters.
+  w.family("rsfcd_packets_total", "counter",
+           "Packets processed, by direction and outcome (exactly one outcome per packet).");
+  for (const auto& q : qs) {
+    if (q.core == nullptr) continue;
+    const CoreCounters& c = *q.core;
+    for (size_t d = 0; d < kDirections; ++d) {
+      for (size_t o = 0; o < static_cast<size_t>(Outcome::kCount); ++o) {
+        w.sample("rsfcd_packets_total",
+                 qlabel(q.queue) + "," + label("direction", to_string(static_cast<Direction>(d))) +
+                     "," + label("outcome", to_string(static_cast<Outcome>(o))),
+                 c.packets[d][o].get());
+      }
+    }
+    uint64_t unparsed = 0;
+    for (size_t e = 1; e < c.parse_errors.size(); ++e) unparsed += c.parse_errors[e].get();
+    const uint64_t unknown = c.packets_unknown_direction.get();
+    w.sample("rsfcd_packets_total", qlabel(q.queue) + ",direction=\"unknown\",outcome=\"unparsed\"",
+             unparsed);
+    w.sample("rsfcd_packets_total",
+             qlabel(q.queue) + ",direction=\"unknown\",outcome=\"not_subscriber\"",
+             unknown > unparsed ? unknown - unparsed : uint64_t{0});
+  }
+
+  w.family("rsfcd_parse_errors_total", "counter",
+           "Packets passed unchanged because they were not a TCP segment rsfcd may touch.");
+  for (const auto& q : qs) {
+    if (q.core == nullptr) continue;
+    for (size_t e = 1; e < q.core->parse_errors.size(); ++e) {
+      w.sample("rsfcd_parse_errors_total",
+               qlabel(q.queue) + "," + label("reason", to_string(static_cast<ParseError>(e))),
+               q.core->parse_errors[e].get());
+    }
+  }
+
+  per_direction(w, qs, "rsfcd_windows_rewritten_total", "ACKs whose window was lowered.",
+                &CoreCounters::windows_rewritten);
+  per_direction(w, qs, "rsfcd_right_edge_holds_total",
+                "Clamps limited by the right edge already advertised.",
+                &CoreCounters::right_edge_holds);
+  per_direction(w, qs, "rsfcd_floor_holds_total", "Clamps limited by min_window_bytes.",
+                &CoreCounters::floor_holds);
+
+  core_family(w, qs, "rsfcd_checksum_full_total", "counter",
+              "Full TCP checksums computed (checksum not ready in the kernel).",
+              [](const CoreCounters& c) { return c.checksum_full.get(); });
+  core_family(w, qs, "rsfcd_flows_active", "gauge", "Flows tracked now.",
+              [](const CoreCounters& c) { return c.flows_active.get(); });
+  core_family(w, qs, "rsfcd_flows_created_total", "counter", "Flows created.",
+              [](const CoreCounters& c) { return c.flows_created.get(); });
+  core_family(w, qs, "rsfcd_flows_evicted_total", "counter",
+              "Flows evicted to make room for new ones (table full).",
+              [](const CoreCounters& c) { return c.flows_evicted.get(); });
+  core_family(w, qs, "rsfcd_flows_expired_total", "counter", "Flows expired by a timeout.",
+              [](const CoreCounters& c) { return c.flows_expired.get(); });
+  core_family(w, qs, "rsfcd_flows_closed_total", "counter", "Flows closed (FIN/RST both ways).",
+              [](const CoreCounters& c) { return c.flows_closed.get(); });
+  core_family(w, qs, "rsfcd_flows_unregulated_total", "counter",
+              "Flows first seen without their handshake (window scale unknown).",
+              [](const CoreCounters& c) { return c.flows_unregulated.get(); });
+  core_family(w, qs, "rsfcd_flows_no_timestamps_total", "counter",
+              "Flows regulated by rsfc (uplink) without TCP timestamps; observe, static and drwa "
+              "flows are not counted.",
+              [](const CoreCounters& c) { return c.flows_no_timestamps.get(); });
+  core_family(w, qs, "rsfcd_flows_table_full_total", "counter",
+              "New flows refused because eviction found nothing.",
+              [](const CoreCounters& c) { return c.flows_table_full.get(); });
+
+  static_assert(kRsfcStates == std::tuple_size_v<decltype(CoreCounters::rsfc_flows_in_state)>);
+  w.family("rsfcd_rsfc_flows", "gauge", "Flows per RSFC controller state.");
+  for (const auto& q : qs) {
+    if (q.core == nullptr) continue;
+    for (size_t s = 0; s < q.core->rsfc_flows_in_state.size(); ++s) {
+      w.sample("rsfcd_rsfc_flows",
+               qlabel(q.queue) + "," + label("state", to_string(static_cast<RsfcState>(s))),
+               q.core->rsfc_flows_in_state[s].get());
+    }
+  }
+  core_family(w, qs, "rsfcd_rsfc_windows_applied_total", "counter",
+              "Windows applied by the RSFC controller.",
+              [](const CoreCounters& c) { return c.rsfc_windows_applied.get(); });
+  core_family(w, qs, "rsfcd_rsfc_tick_estimates_total", "counter",
+              "Flows whose timestamp granularity has been estimated.",
+              [](const CoreCounters& c) { return c.rsfc_tick_estimates.get(); });
+  core_family(w, qs, "rsfcd_rsfc_subscribers", "gauge",
+              "Subscriber addresses whose rsfc-regulated flows share one uplink state now.",
+              [](const CoreCounters& c) { return c.rsfc_subscribers.get(); });
+  core_family(w, qs, "rsfcd_rsfc_subscribers_created_total", "counter",
+              "Subscriber entries created for rsfc's shared state (a subscriber's first flow).",
+              [](const CoreCounters& c) { return c.rsfc_subscribers_created.get(); });
+  core_family(w, qs, "rsfcd_rsfc_path_rebaselines_total", "counter",
+              "Times a flow's minimum uplink delay was raised because a scheduled drain showed "
+              "a longer path (route change, handover), not a queue.",
+              [](const CoreCounters& c) { return c.rsfc_path_rebaselines.get(); });
+  core_family(w, qs, "rsfcd_drwa_windows_applied_total", "counter", "Windows applied by DRWA.",
+              [](const CoreCounters& c) { return c.drwa_windows_applied.get(); });
+
+  io_family(w, qs, "rsfcd_queue_packets_received_total", "counter",
+            "Packets received from the NFQUEUE socket.",
+            [](const QueueCounters& c) { return c.packets_received.get(); });
+  io_family(w, qs, "rsfcd_queue_verdicts_total", "counter", "Verdicts sent to the kernel.",
+            [](const QueueCounters& c) { return c.verdicts_sent.get(); });
+  io_family(w, qs, "rsfcd_queue_verdicts_with_payload_total", "counter",
+            "Verdicts that carried a modified packet.",
+            [](const QueueCounters& c) { return c.verdicts_with_payload.get(); });
+  io_family(w, qs, "rsfcd_queue_batches_total", "counter",
+            "Receive batches (wakeups that returned packets).",
+            [](const QueueCounters& c) { return c.batches.get(); });
+  io_family(w, qs, "rsfcd_queue_recv_errors_total", "counter",
+            "Receive errors (socket errors, malformed messages).",
+            [](const QueueCounters& c) { return c.recv_errors.get(); });
+  io_family(w, qs, "rsfcd_queue_overruns_total", "counter",
+            "Packets the kernel could not deliver to rsfcd (socket buffer full); with "
+            "fail-open the kernel accepted them unprocessed.",
+            [](const QueueCounters& c) { return c.overruns.get(); });
+  io_family(w, qs, "rsfcd_queue_send_errors_total", "counter",
+            "Verdict send failures and kernel error replies.",
+            [](const QueueCounters& c) { return c.send_errors.get(); });
+  io_family(w, qs, "rsfcd_queue_gso_packets_total", "counter", "GSO packets received.",
+            [](const QueueCounters& c) { return c.gso_packets.get(); });
+  io_family(w, qs, "rsfcd_kernel_queue_dropped_total", "counter",
+            "Kernel: packets dropped because the queue was full (nfnetlink_queue).",
+            [](const QueueCounters& c) { return c.kernel_queue_dropped.get(); });
+  io_family(w, qs, "rsfcd_kernel_queue_user_dropped_total", "counter",
+            "Kernel: packets dropped because delivery to rsfcd failed (nfnetlink_queue).",
+            [](const QueueCounters& c) { return c.kernel_queue_user_dropped.get(); });
+  io_family(w, qs, "rsfcd_kernel_queue_waiting", "gauge",
+            "Kernel: packets waiting for a verdict now (nfnetlink_queue queue_total).",
+            [](const QueueCounters& c) { return c.kernel_queue_total.get(); });
+
+  const char* h = "rsfcd_packet_processing_seconds";
+  w.family(h, "histogram", "Time per packet from parse to verdict built.");
+  for (const auto& q : qs) {
+    if (q.io == nullptr) continue;
+    const LatencyHistogram& lh = q.io->processing_time;
+    const std::string ql = qlabel(q.queue);
+    uint64_t cum = 0;
+    for (size_t i = 0; i <= LatencyHistogram::kBoundsNs.size(); ++i) {
+      cum += lh.bucket(i);
+      std::string le;
+      if (i < LatencyHistogram::kBoundsNs.size()) {
+        char buf[32];
+        auto r = std::to_chars(buf, buf + sizeof(buf),
+                               static_cast<double>(LatencyHistogram::kBoundsNs[i]) / 1e9);
+        le.assign(buf, r.ptr);
+      } else {
+        le = "+Inf";
+      }
+      w.sample("rsfcd_packet_processing_seconds_bucket", ql + "," + label("le", le), cum);
+    }
+    w.sample("rsfcd_packet_processing_seconds_sum", ql, static_cast<double>(lh.sum_ns()) / 1e9);
+    // _count equals the +Inf bucket (both from the same bucket reads): consistent output
+    // even while the worker keeps counting.
+    w.sample("rsfcd_packet_processing_seconds_count", ql, cum);
+  }
+  return out;
+}
+
+}  // namespace rsfc

@@ -1,0 +1,528 @@
+#include "rsfc/daemon/daemon.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "rsfc/core/engine.h"
+#include "rsfc/core/metrics.h"
+#include "rsfc/io/config.h"
+#include "rsfc/io/decision_log.h"
+#include "rsfc/io/event_loop.h"
+#include "rsfc/io/http_metrics.h"
+#include "rsfc/io/log.h"
+#include "rsfc/io/nfqueue.h"
+#include "rsfc/version.h"
+
+namespace rsfc {
+
+namespace {
+
+// The daemon's one clock: CLOCK_MONOTONIC, read by the shell and passed to the core.
+Nanos monotonic_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<Nanos>(ts.tv_sec) * kSecond + ts.tv_nsec;
+}
+
+// Keys the flow hash so that nobody outside can aim collisions at the table.
+uint64_t random_seed() {
+  uint64_t seed = 0;
+  if (getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed)) {
+    seed = static_cast<uint64_t>(monotonic_now()) ^ (static_cast<uint64_t>(getpid()) << 32);
+  }
+  return seed;
+}
+
+// At most one message per interval; says how many were suppressed in between.
+class RateLimit {
+ public:
+  explicit RateLimit(Nanos interval) : interval_(interval) {}
+  // True if a message may be logged now; `suppressed` gets the count held back since.
+  bool allow(Nanos now, uint64_t& suppressed) {
+    if (last_ != 0 && now - last_ < interval_) {
+      ++suppressed_;
+      return false;
+    }
+    last_ = now;
+    suppressed = std::exchange(suppressed_, 0);
+    return true;
+  }
+
+ private:
+  Nanos interval_;
+  Nanos last_ = 0;
+  uint64_t suppressed_ = 0;
+};
+
+// Gives the packet an ACCEPT verdict without payload when it leaves scope without one, so
+// that every id gets exactly one verdict on every path.
+class VerdictGuard {
+ public:
+  VerdictGuard(NfQueue& q, uint32_t id) : q_(q), id_(id) {}
+  VerdictGuard(const VerdictGuard&) = delete;
+  VerdictGuard& operator=(const VerdictGuard&) = delete;
+  ~VerdictGuard() {
+    if (!done_) (void)q_.add_verdict(id_, kNfAccept);
+  }
+  // ACCEPT; a non-empty payload replaces the packet.
+  void accept(std::span<const uint8_t> payload) {
+    done_ = true;
+    (void)q_.add_verdict(id_, kNfAccept, payload);
+  }
+
+ private:
+  NfQueue& q_;
+  uint32_t id_;
+  bool done_ = false;
+};
+
+class Worker {
+ public:
+  Worker(uint16_t queue, uint32_t flows_max, const Config& cfg)
+      : queue_(queue), batch_(cfg.batch_size), engine_(flows_max, cfg.params, random_seed()) {}
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  ~Worker() { join(); }
+
+  uint16_t queue() const { return queue_; }
+  uint32_t portid() const { return portid_; }
+  const CoreCounters& core_counters() const { return engine_.counters(); }
+  QueueCounters& io_counters() { return io_; }
+
+  // Start-up, on the main thread: opens the queue, the decision log and the event loop.
+  Expected<void> open(const Config& cfg) {
+    NfQueue::Options o;
+    o.queue_num = queue_;
+    o.maxlen = cfg.queue_maxlen;
+    o.rcvbuf_bytes = cfg.socket_rcvbuf;
+    o.copy_range = 0xffff;
+    o.fail_open = true;
+    o.gso = false;  // see nfqueue.cpp: the kernel segments and completes checksums for us
+    o.batch_size = cfg.batch_size;
+    o.counters = &io_;
+    auto base = EventBase::create();
+    if (!base) return base.error();
+    base_ = std::move(base).value();
+    if (!cfg.params.rsfc.decision_log.empty()) {
+      auto d = DecisionLogFile::open(cfg.params.rsfc.decision_log);
+      if (!d) return d.error();
+      dlog_ = std::move(d).value();
+      engine_.set_decision_sink(dlog_.get());
+    }
+    auto q = NfQueue::open(o);
+    if (!q) return q.error();
+    nfq_ = std::move(q).value();
+    portid_ = nfq_.portid();
+    if (nfq_.rcvbuf_bytes() < static_cast<int>(cfg.socket_rcvbuf)) {
+      log::warn("queue %u: socket receive buffer is %d bytes, less than the %u configured",
+                unsigned{queue_}, nfq_.rcvbuf_bytes(), cfg.socket_rcvbuf);
+    }
+    auto rd = Event::reader(base_, nfq_.fd(), [this](short) { on_readable(); });
+    if (!rd) return rd.error();
+    read_ev_ = std::move(rd).value();
+    auto tick = Event::periodic(base_, std::chrono::seconds(1), [this](short) { on_tick(); });
+    if (!tick) return tick.error();
+    tick_ev_ = std::move(tick).value();
+    auto wake = Event::user(base_, [this](short) { on_wake(); });
+    if (!wake) return wake.error();
+    wake_ev_ = std::move(wake).value();
+    return {};
+  }
+
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
+
+  // Start-up failed elsewhere: give every packet queued so far its verdict, then close.
+  void abandon() {
+    if (!nfq_.is_open()) return;
+    (void)nfq_.drain_and_close([this](const NfqPacket& p) {
+      fresh_batch_ = true;
+      handle(p);
+    });
+  }
+
+  // Thread-safe: hands new parameters to the worker (applied between batches), and asks
+  // it to reopen its decision log (rotation).
+  void post_params(std::shared_ptr<const EngineParams> p) {
+    {
+      std::lock_guard lock(mu_);
+      pending_ = std::move(p);
+      reopen_log_ = true;
+    }
+    wake_ev_.activate();
+  }
+
+  // Thread-safe: drain the queue and stop the thread.
+  void request_stop() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    wake_ev_.activate();
+  }
+
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);  // signals belong to the main thread
+    const std::string name = "rsfcd-q" + std::to_string(queue_);
+    pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+    log::debug("queue %u: worker running", unsigned{queue_});
+    if (auto r = base_.run(); !r)
+      log::error("queue %u: %s", unsigned{queue_}, r.error().message.c_str());
+  }
+
+  void handle(const NfqPacket& p) {
+    VerdictGuard guard(nfq_, p.id);
+    // One clock read per packet: the read that ends this packet's processing time starts
+    // the next one's (and is its `now`). The first packet of a batch reads its own, so the
+    // receive syscall is not counted as processing.
+    if (std::exchange(fresh_batch_, false)) clock_ = monotonic_now();
+    const Nanos t0 = clock_;
+    const PacketMeta meta{
+        .checksum = p.checksum_not_ready ? ChecksumState::kNotReady : ChecksumState::kComplete,
+        .truncated = p.truncated()};
+    PacketResult res;
+    try {
+      res = engine_.process(p.data, t0, meta);
+    } catch (const std::exception& e) {  // the engine never throws; never lose a packet anyway
+      uint64_t suppressed = 0;
+      if (error_log_.allow(t0, suppressed)) {
+        log::error(
+            "queue %u: engine exception: %s (packet accepted unchanged; %llu more suppressed)",
+            unsigned{queue_}, e.what(), static_cast<unsigned long long>(suppressed));
+      }
+      res = {};
+    }
+    // A modified packet goes back with its bytes; a truncated copy never does.
+    if (res.modified && !p.truncated()) {
+      guard.accept(p.data);
+    } else {
+      guard.accept({});
+    }
+    clock_ = monotonic_now();
+    io_.processing_time.observe(static_cast<uint64_t>(clock_ - t0));
+  }
+
+  void on_readable() {
+    fresh_batch_ = true;
+    auto r = nfq_.receive(batch_, [this](const NfqPacket& p) { handle(p); });
+    auto f = nfq_.flush();
+    if (!r || !f) {
+      uint64_t suppressed = 0;
+      if (error_log_.allow(monotonic_now(), suppressed)) {
+        log::error("%s (%llu similar messages suppressed)",
+                   (!r ? r.error() : f.error()).message.c_str(),
+                   static_cast<unsigned long long>(suppressed));
+      }
+    }
+  }
+
+  void on_tick() {
+    engine_.expire(monotonic_now());
+    if (dlog_) {
+      if (auto r = dlog_->flush(); !r)
+        log::warn("queue %u: %s", unsigned{queue_}, r.error().message.c_str());
+    }
+    if (const int err = nfq_.last_kernel_error(); err != 0 && err != last_reported_kernel_error_) {
+      log::warn("queue %u: the kernel rejected a verdict or config message: %s", unsigned{queue_},
+                std::strerror(err));
+      last_reported_kernel_error_ = err;
+    }
+  }
+
+  void on_wake() {
+    std::shared_ptr<const EngineParams> params;
+    bool reopen = false, stop = false;
+    {
+      std::lock_guard lock(mu_);
+      params = std::move(pending_);
+      reopen = std::exchange(reopen_log_, false);
+      stop = stop_;
+    }
+    if (params) {
+      engine_.set_params(*params);
+      update_decision_log(params->rsfc.decision_log, reopen);
+    } else if (reopen && dlog_) {
+      if (auto r = dlog_->reopen(); !r)
+        log::warn("queue %u: %s", unsigned{queue_}, r.error().message.c_str());
+    }
+    if (stop) shutdown();
+  }
+
+  void update_decision_log(const std::string& path, bool reopen) {
+    if (path.empty()) {
+      engine_.set_decision_sink(nullptr);
+      dlog_.reset();  // flushes
+      return;
+    }
+    if (dlog_ && dlog_->path() == path) {
+      if (reopen) {
+        if (auto r = dlog_->reopen(); !r)
+          log::warn("queue %u: %s", unsigned{queue_}, r.error().message.c_str());
+      }
+      return;
+    }
+    auto d = DecisionLogFile::open(path);
+    if (!d) {
+      log::error("queue %u: %s (decision log unchanged)", unsigned{queue_},
+                 d.error().message.c_str());
+      return;
+    }
+    dlog_ = std::move(d).value();
+    engine_.set_decision_sink(dlog_.get());
+  }
+
+  void shutdown() {
+    read_ev_.remove();
+    tick_ev_.remove();
+    // maxlen 0: the kernel (fail-open) accepts new packets itself; we verdict the rest.
+    auto d = nfq_.drain_and_close([this](const NfqPacket& p) {
+      fresh_batch_ = true;  // batches are not visible here: read per packet
+      handle(p);
+    });
+    if (d) {
+      log::info("queue %u: drained %zu packets, unbound", unsigned{queue_}, *d);
+    } else {
+      log::error("queue %u: drain: %s", unsigned{queue_}, d.error().message.c_str());
+    }
+    engine_.set_decision_sink(nullptr);
+    dlog_.reset();
+    base_.loop_break();
+  }
+
+  const uint16_t queue_;
+  const uint32_t batch_;
+  uint32_t portid_ = 0;
+  QueueCounters io_;
+  Engine engine_;
+  std::unique_ptr<DecisionLogFile> dlog_;
+  NfQueue nfq_;
+  EventBase base_;
+  Event read_ev_, tick_ev_, wake_ev_;
+  RateLimit error_log_{kSecond};
+  Nanos clock_ = 0;  // CLOCK_MONOTONIC at the start of the packet being handled
+  bool fresh_batch_ = true;
+  int last_reported_kernel_error_ = 0;
+
+  std::mutex mu_;
+  std::shared_ptr<const EngineParams> pending_;
+  bool reopen_log_ = false;
+  bool stop_ = false;
+
+  std::thread thread_;
+};
+
+class Daemon {
+ public:
+  Daemon(std::string path, Config cfg) : path_(std::move(path)), running_(std::move(cfg)) {}
+
+  int run() {
+    // Signals: blocked here before any thread exists (threads inherit the mask), then read
+    // from a signalfd on the main loop.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+    sigfd_ = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sigfd_ < 0) return fail(Error::from_errno(errno, "signalfd"));
+
+    if (auto r = enable_event_threads(); !r) return fail(r.error());
+    auto base = EventBase::create();
+    if (!base) return fail(base.error());
+    base_ = std::move(base).value();
+    auto sig_ev = Event::reader(base_, sigfd_, [this](short) { on_signal(); });
+    if (!sig_ev) return fail(sig_ev.error());
+    sig_ev_ = std::move(sig_ev).value();
+
+    // HTTP first: a bind failure must not leave queues bound.
+    if (!running_.metrics_listen.empty()) {
+      auto http = MetricsHttpServer::start(base_, running_.metrics_listen,
+                                           [this] { return render_metrics(); });
+      if (!http) return fail(http.error());
+      http_ = std::move(http).value();
+    }
+
+    // One worker per queue; flows.max is shared out between them.
+    const auto nq = static_cast<uint32_t>(running_.queues.size());
+    const uint32_t flows_per_worker = std::max<uint32_t>(1, (running_.flows_max + nq - 1) / nq);
+    try {
+      for (uint16_t q : running_.queues) {
+        workers_.push_back(std::make_unique<Worker>(q, flows_per_worker, running_));
+      }
+    } catch (const std::exception& e) {
+      return fail(Error::msg(std::string("cannot create the flow tables: ") + e.what()));
+    }
+    for (auto& w : workers_) {
+      if (auto r = w->open(running_); !r) {
+        for (auto& o : workers_) o->abandon();
+        return fail(r.error());
+      }
+    }
+    for (auto& w : workers_) w->start();
+
+    std::string qs;
+    for (uint16_t q : running_.queues) {
+      if (!qs.empty()) qs += ',';
+      qs += std::to_string(q);
+    }
+    log::info("rsfcd %s: serving nfqueue %s (%u flows per queue, batch %u); metrics %s%s",
+              RSFC_VERSION, qs.c_str(), flows_per_worker, running_.batch_size,
+              running_.metrics_listen.empty() ? "off" : "on http://",
+              running_.metrics_listen.c_str());
+    notify_systemd("READY=1");
+
+    auto r = base_.run();
+
+    notify_systemd("STOPPING=1");
+    log::info("rsfcd: stopping (draining %zu queue(s))", workers_.size());
+    for (auto& w : workers_) w->request_stop();
+    for (auto& w : workers_) w->join();
+    http_ = MetricsHttpServer();  // before the counters it reads go away
+    workers_.clear();
+    if (!r) return fail(r.error());
+    log::info("rsfcd: stopped");
+    return kExitOk;
+  }
+
+  ~Daemon() {
+    if (sigfd_ >= 0) ::close(sigfd_);
+  }
+
+ private:
+  int fail(const Error& e) {
+    log::error("%s", e.message.c_str());
+    return kExitFailure;
+  }
+
+  void on_signal() {
+    signalfd_siginfo si{};
+    while (::read(sigfd_, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
+      switch (si.ssi_signo) {
+        case SIGHUP:
+          reload();
+          break;
+        case SIGTERM:
+        case SIGINT:
+          log::info("rsfcd: %s received", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
+          base_.loop_break();
+          return;
+        default:
+          break;
+      }
+    }
+  }
+
+  void reload() {
+    // MONOTONIC_USEC lets systemd match the READY=1 that ends this reload to it.
+    const std::string reloading =
+        "RELOADING=1\nMONOTONIC_USEC=" + std::to_string(monotonic_now() / kMicro);
+    notify_systemd(reloading.c_str());
+    Config loaded;
+    try {
+      loaded = load_config_file(path_);
+    } catch (const std::exception& e) {
+      log::error("reload: %s (keeping the running configuration)", e.what());
+      notify_systemd("READY=1");
+      return;
+    }
+    for (const auto& key : restart_only_differences(running_, loaded)) {
+      log::warn("reload: %s changed; it needs a restart and is ignored until then", key.c_str());
+    }
+    running_.params = loaded.params;
+    running_.log_level = loaded.log_level;
+    log::set_level(running_.log_level);
+    auto p = std::make_shared<const EngineParams>(running_.params);
+    for (auto& w : workers_) w->post_params(p);
+    log::info("reload: %s applied", path_.c_str());
+    notify_systemd("READY=1");
+  }
+
+  // On the main thread, per scrape: the kernel's queue counters, then everything rendered.
+  std::string render_metrics() {
+    auto stats = read_kernel_queue_stats();
+    if (stats) {
+      for (auto& w : workers_) {
+        for (const auto& s : *stats) {
+          if (s.queue_num == w->queue() && s.portid == w->portid()) {
+            QueueCounters& c = w->io_counters();
+            c.kernel_queue_dropped.set(s.queue_dropped);
+            c.kernel_queue_user_dropped.set(s.queue_user_dropped);
+            c.kernel_queue_total.set(s.queue_total);
+          }
+        }
+      }
+    }
+    std::vector<QueueMetricsView> views;
+    views.reserve(workers_.size());
+    for (auto& w : workers_) views.push_back({w->queue(), &w->core_counters(), &w->io_counters()});
+    return render_prometheus(views, RSFC_VERSION);
+  }
+
+  std::string path_;
+  Config running_;
+  int sigfd_ = -1;
+  EventBase base_;
+  Event sig_ev_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  MetricsHttpServer http_;  // destroyed first (declared last)
+};
+
+}  // namespace
+
+int run_daemon(const std::string& config_path) {
+  Config cfg;
+  try {
+    cfg = load_config_file(config_path);
+  } catch (const std::exception& e) {
+    log::error("%s", e.what());
+    return kExitConfig;
+  }
+  log::set_level(cfg.log_level);
+  Daemon d(config_path, std::move(cfg));
+  return d.run();
+}
+
+void notify_systemd(const char* state) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (path == nullptr || (path[0] != '/' && path[0] != '@')) return;
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  const size_t len = std::strlen(path);
+  if (len >= sizeof(sa.sun_path)) return;
+  std::memcpy(sa.sun_path, path, len);
+  if (path[0] == '@') sa.sun_path[0] = '\0';  // abstract namespace
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  (void)sendto(fd, state, std::strlen(state), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&sa),
+               static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
+  ::close(fd);
+}
+
+}  // namespace rsfc

@@ -1,0 +1,702 @@
+#include "rsfc/tools/replay.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "rsfc/core/window.h"
+
+namespace rsfc::replay {
+
+namespace {
+
+constexpr uint32_t kMinStaticWindow = 1072;        // as the config accepts
+constexpr uint32_t kMaxStaticWindow = 1073725440;  // 65535 << 14
+constexpr size_t kTo = static_cast<size_t>(Direction::kToSubscriber);
+constexpr size_t kFrom = static_cast<size_t>(Direction::kFromSubscriber);
+
+bool enforces(Policy p) {
+  return p == Policy::kStatic || p == Policy::kRsfc || p == Policy::kDrwa;
+}
+
+bool in_any(const std::vector<Prefix>& nets, const IpAddr& a) {
+  return std::any_of(nets.begin(), nets.end(), [&](const Prefix& p) { return p.contains(a); });
+}
+
+std::string policy_text(const DirectionParams& d) {
+  if (d.policy == Policy::kStatic) return "static:" + std::to_string(d.static_window_bytes);
+  return to_string(d.policy);
+}
+
+// ---- JSON bits ---------------------------------------------------------------------------
+void put_str(std::string& o, std::string_view s) {
+  o += '"';
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += ch;
+    } else if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof(b), "\\u%04x", unsigned{c});
+      o += b;
+    } else {
+      o += ch;
+    }
+  }
+  o += '"';
+}
+void put_key(std::string& o, const char* k) {
+  if (!o.empty() && o.back() != '{' && o.back() != '\n' && o.back() != ' ') o += ',';
+  put_str(o, k);
+  o += ':';
+}
+void put_num(std::string& o, double v, const char* fmt = "%.6g") {
+  if (!std::isfinite(v)) {
+    o += "null";
+    return;
+  }
+  char b[64];
+  std::snprintf(b, sizeof(b), fmt, v);
+  o += b;
+}
+void put_uint(std::string& o, uint64_t v) {
+  o += std::to_string(v);
+}
+void put_opt(std::string& o, std::optional<uint64_t> v) {
+  if (v)
+    put_uint(o, *v);
+  else
+    o += "null";
+}
+void put_opt(std::string& o, std::optional<double> v, const char* fmt) {
+  if (v)
+    put_num(o, *v, fmt);
+  else
+    o += "null";
+}
+void kv(std::string& o, const char* k, std::string_view s) {
+  put_key(o, k);
+  put_str(o, s);
+}
+void kv(std::string& o, const char* k, uint64_t v) {
+  put_key(o, k);
+  put_uint(o, v);
+}
+void kv_num(std::string& o, const char* k, double v, const char* fmt) {
+  put_key(o, k);
+  put_num(o, v, fmt);
+}
+// A measurement where a sentinel means "unknown": written as null.
+void kv_known(std::string& o, const char* k, double v, bool known, const char* fmt) {
+  put_key(o, k);
+  if (known)
+    put_num(o, v, fmt);
+  else
+    o += "null";
+}
+
+void append_key(std::string& key, uint8_t family, const IpAddr& sub, const IpAddr& peer,
+                uint16_t sport, uint16_t pport) {
+  key.clear();
+  key += static_cast<char>(family);
+  key.append(reinterpret_cast<const char*>(sub.bytes.data()), sub.bytes.size());
+  key.append(reinterpret_cast<const char*>(peer.bytes.data()), peer.bytes.size());
+  key += static_cast<char>(sport >> 8);
+  key += static_cast<char>(sport & 0xff);
+  key += static_cast<char>(pport >> 8);
+  key += static_cast<char>(pport & 0xff);
+}
+
+}  // namespace
+
+// ---- arguments -------------------------------------------------------------------------
+
+Expected<DirectionParams> parse_policy(std::string_view arg, bool uplink,
+                                       uint32_t min_window_bytes) {
+  const char* knob = uplink ? "uplink" : "downlink";
+  DirectionParams d;
+  if (arg == "off") {
+    d.policy = Policy::kOff;
+  } else if (arg == "observe") {
+    d.policy = Policy::kObserve;
+  } else if (arg == "rsfc") {
+    if (!uplink) return Error::msg("policy rsfc is for the uplink knob only");
+    d.policy = Policy::kRsfc;
+  } else if (arg == "drwa") {
+    if (uplink) return Error::msg("policy drwa is for the downlink knob only");
+    d.policy = Policy::kDrwa;
+  } else if (arg.starts_with("static:")) {
+    const std::string_view num = arg.substr(7);
+    uint64_t n = 0;
+    const auto [ptr, ec] = std::from_chars(num.data(), num.data() + num.size(), n);
+    if (num.empty() || ec != std::errc() || ptr != num.data() + num.size()) {
+      return Error::msg(std::string(knob) + " policy " + std::string(arg) +
+                        ": static:N needs N as a plain decimal byte count");
+    }
+    if (n < kMinStaticWindow || n > kMaxStaticWindow) {
+      return Error::msg(std::string(knob) + " policy " + std::string(arg) + ": N must be " +
+                        std::to_string(kMinStaticWindow) + " .. " +
+                        std::to_string(kMaxStaticWindow));
+    }
+    if (n < min_window_bytes) {
+      return Error::msg(std::string(knob) + " policy " + std::string(arg) +
+                        ": N is below min_window_bytes (" + std::to_string(min_window_bytes) +
+                        ") of the config");
+    }
+    d.policy = Policy::kStatic;
+    d.static_window_bytes = static_cast<uint32_t>(n);
+  } else {
+    return Error::msg(std::string(knob) + " policy " + std::string(arg) +
+                      ": expected rsfc, drwa, static:N, observe or off");
+  }
+  return d;
+}
+
+Expected<void> check_params(const EngineParams& p) {
+  if (p.uplink.policy == Policy::kOff && p.downlink.policy == Policy::kOff) {
+    return Error::msg(
+        "both knobs are off: the engine would not even track flows "
+        "(use --policy-uplink observe|static:N|rsfc)");
+  }
+  if (p.subscriber_networks.empty()) {
+    return Error::msg(
+        "the config has no subscriber_networks: uplink and downlink cannot be told apart");
+  }
+  return {};
+}
+
+// ---- small statistics --------------------------------------------------------------------
+
+void WindowSamples::add(uint64_t bytes) {
+  ++count_;
+  if (!runs_.empty() && runs_.back().first == bytes) {
+    ++runs_.back().second;
+  } else {
+    runs_.emplace_back(bytes, 1);
+  }
+}
+
+std::optional<uint64_t> WindowSamples::min() const {
+  if (runs_.empty()) return std::nullopt;
+  uint64_t m = runs_.front().first;
+  for (const auto& r : runs_) m = std::min(m, r.first);
+  return m;
+}
+
+std::optional<uint64_t> WindowSamples::median() const {
+  if (count_ == 0) return std::nullopt;
+  std::vector<std::pair<uint64_t, uint64_t>> sorted = runs_;
+  std::sort(sorted.begin(), sorted.end());
+  const uint64_t want = (count_ - 1) / 2;  // 0-based rank of the lower median
+  uint64_t seen = 0;
+  for (const auto& [bytes, n] : sorted) {
+    seen += n;
+    if (seen > want) return bytes;
+  }
+  return sorted.back().first;  // not reached
+}
+
+std::optional<double> median(std::vector<double> v) {
+  if (v.empty()) return std::nullopt;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  const double hi = v[mid];
+  if (v.size() % 2 == 1) return hi;
+  const double lo = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+  return (lo + hi) / 2;
+}
+
+const char* to_string(FlowStatus s) {
+  switch (s) {
+    case FlowStatus::kRegulated:
+      return "regulated";
+    case FlowStatus::kUnregulated:
+      return "unregulated";
+    case FlowStatus::kWithoutAcks:
+      return "without_acks";
+  }
+  return "?";
+}
+
+FlowStatus FlowBook::status() const {
+  if (regulated_acks > 0) return FlowStatus::kRegulated;
+  if (unregulated_packets > 0) return FlowStatus::kUnregulated;
+  return FlowStatus::kWithoutAcks;
+}
+
+std::optional<double> Summary::share_acks_clamped() const {
+  uint64_t acks = 0, rewritten = 0;
+  for (const KnobSummary& k : knobs) {
+    if (!enforces(k.params.policy)) continue;
+    acks += k.acks;
+    rewritten += k.acks_rewritten;
+  }
+  if (acks == 0) return std::nullopt;
+  return static_cast<double>(rewritten) / static_cast<double>(acks);
+}
+
+// ---- the replayer ------------------------------------------------------------------------
+
+class Replayer::Sink final : public DecisionSink {
+ public:
+  explicit Sink(Replayer& r) : r_(r) {}
+  void on_decision(const DecisionRecord& rec) override { r_.on_decision(rec); }
+
+ private:
+  Replayer& r_;
+};
+
+Replayer::Replayer(uint32_t flows_max, const EngineParams& params, std::ostream* lines)
+    : engine_(flows_max, params), params_(params), lines_(lines) {
+  sink_ = std::make_unique<Sink>(*this);
+  engine_.set_decision_sink(sink_.get());
+  s_.knobs[kTo].params = params.uplink;
+  s_.knobs[kFrom].params = params.downlink;
+}
+
+Replayer::~Replayer() {
+  engine_.set_decision_sink(nullptr);
+}
+
+double Replayer::rel_seconds(Nanos t) const {
+  return static_cast<double>(t - first_) / static_cast<double>(kSecond);
+}
+
+void Replayer::feed(const pcap::Record& rec, uint32_t linktype) {
+  ++s_.records;
+  if (rec.truncated()) ++s_.truncated_records;
+  const pcap::LinkResult lr = pcap::ip_packet(linktype, rec.data);
+  if (lr.error != pcap::LinkError::kNone) {
+    ++s_.link_errors[static_cast<size_t>(lr.error)];
+    if (!have_first_) {
+      have_first_ = true;
+      first_ = rec.header.time;
+    }
+    last_ = rec.header.time;
+    return;
+  }
+  feed_ip(lr.ip, rec.header.time, rec.truncated());
+}
+
+void Replayer::feed_ip(std::span<const uint8_t> ip, Nanos now, bool truncated) {
+  if (!have_first_) {
+    have_first_ = true;
+    first_ = now;
+    next_expire_ = now + kSecond;
+  }
+  last_ = now;
+  if (now >= next_expire_) {  // the daemon expires about once a second
+    engine_.expire(now);
+    next_expire_ = now + kSecond;
+  }
+  ++s_.packets_to_engine;
+  work_.assign(ip.begin(), ip.end());
+  PacketView v;
+  const ParseError pe = parse_packet(work_, v);
+  const PacketResult res = engine_.process(work_, now, {.truncated = truncated});
+  ++s_.outcomes[static_cast<size_t>(res.outcome)];
+  if (pe != ParseError::kNone || res.outcome == Outcome::kNotSubscriber ||
+      res.outcome == Outcome::kUnparsed) {
+    return;
+  }
+  const bool dst_sub = in_any(params_.subscriber_networks, v.dst);
+  const Direction dir = dst_sub ? Direction::kToSubscriber : Direction::kFromSubscriber;
+  FlowBook* f = book_for(v, dir, now);
+  if (f == nullptr) return;
+  const auto d = static_cast<size_t>(dir);
+  f->last = now;
+  ++f->packets[d];
+  f->payload_bytes[d] += v.payload_len;
+
+  FlowBook::Syn& own = dir == Direction::kFromSubscriber ? f->sub_syn : f->peer_syn;
+  const FlowBook::Syn& other = dir == Direction::kFromSubscriber ? f->peer_syn : f->sub_syn;
+  if (v.syn()) {
+    own = {.seen = true, .wscale_option = v.opts.has_wscale, .wscale = v.opts.wscale, .isn = v.seq};
+    if (!v.ack_flag()) {
+      if (!f->subscriber_initiated) f->subscriber_initiated = dir == Direction::kFromSubscriber;
+    } else if (other.seen) {
+      f->synack_seen = true;
+    }
+    return;  // SYNs are never touched
+  }
+  f->non_syn_seen = true;
+  if (res.outcome == Outcome::kUnregulated) {
+    ++f->unregulated_packets;
+    return;
+  }
+  if (v.rst() || !v.ack_flag()) return;
+  ++f->regulated_acks;
+  const DirectionParams& knob = dir == Direction::kToSubscriber ? params_.uplink : params_.downlink;
+  if (knob.policy == Policy::kOff) return;
+  KnobBook& k = f->knob[d];
+  ++k.acks;
+  if (res.outcome == Outcome::kRewritten) ++k.acks_rewritten;
+  if (f->synack_seen && f->sub_syn.seen && f->peer_syn.seen) {
+    const bool both = f->sub_syn.wscale_option && f->peer_syn.wscale_option;
+    const uint8_t scale = both ? effective_scale(own.wscale) : uint8_t{0};
+    k.advertised.add(window_bytes(v.window, scale));
+    uint16_t raw = v.window;
+    if (res.modified) {  // read back what the engine wrote
+      const size_t at = size_t{v.tcp_offset} + 14;
+      raw = static_cast<uint16_t>(work_[at] << 8 | work_[at + 1]);
+    }
+    k.applied.add(window_bytes(raw, scale));
+  }
+}
+
+FlowBook* Replayer::book_for(const PacketView& v, Direction dir, Nanos now) {
+  const bool to_sub = dir == Direction::kToSubscriber;
+  const IpAddr& sub = to_sub ? v.dst : v.src;
+  const IpAddr& peer = to_sub ? v.src : v.dst;
+  const uint16_t sport = to_sub ? v.dport : v.sport;
+  const uint16_t pport = to_sub ? v.sport : v.dport;
+  append_key(key_, v.ip_version, sub, peer, sport, pport);
+  auto it = index_.find(key_);
+  if (it != index_.end()) {
+    FlowBook& f = flows_[it->second];
+    const FlowBook::Syn& own = to_sub ? f.peer_syn : f.sub_syn;
+    // A fresh SYN after the connection went on: the 4-tuple was reused, a new flow.
+    const bool reused =
+        v.syn() && !v.ack_flag() && f.non_syn_seen && (!own.seen || own.isn != v.seq);
+    if (!reused) return &f;
+  } else if (v.rst()) {
+    return nullptr;  // the engine does not track a flow on a stray RST either
+  }
+  FlowBook nf;
+  nf.family = v.ip_version;
+  nf.subscriber = sub;
+  nf.peer = peer;
+  nf.subscriber_port = sport;
+  nf.peer_port = pport;
+  nf.first = nf.last = now;
+  flows_.push_back(std::move(nf));
+  index_[key_] = flows_.size() - 1;
+  return &flows_.back();
+}
+
+void Replayer::on_decision(const DecisionRecord& r) {
+  ++s_.decision_records;
+  ++s_.decision_states[r.state != nullptr ? r.state : ""];
+  append_key(key_, r.subscriber.family, r.subscriber, r.peer, r.subscriber_port, r.peer_port);
+  if (auto it = index_.find(key_); it != index_.end()) {
+    FlowBook& f = flows_[it->second];
+    ++f.decisions;
+    if (r.t_buff_ms >= 0 && std::isfinite(r.t_buff_ms)) f.t_buff_ms.push_back(r.t_buff_ms);
+  }
+  if (lines_ == nullptr) return;
+  std::string& o = line_;
+  o.assign("{");
+  kv(o, "type", "decision");
+  kv_num(o, "time_s", rel_seconds(r.time), "%.6f");
+  kv(o, "subscriber", r.subscriber.to_string());
+  kv(o, "subscriber_port", r.subscriber_port);
+  kv(o, "peer", r.peer.to_string());
+  kv(o, "peer_port", r.peer_port);
+  kv(o, "knob", r.knob != nullptr ? r.knob : "");
+  kv(o, "state", r.state != nullptr ? r.state : "");
+  kv_known(o, "tick_ms", r.tick_ms, r.tick_ms > 0, "%.3f");
+  kv_known(o, "t_buff_ms", r.t_buff_ms, r.t_buff_ms >= 0, "%.3f");
+  kv_num(o, "rate_bps", r.rate_bps, "%.0f");
+  kv_known(o, "rtt_min_ms", r.rtt_min_ms, r.rtt_min_ms >= 0, "%.3f");
+  kv_known(o, "rtt_ms", r.rtt_ms, r.rtt_ms >= 0, "%.3f");
+  kv(o, "window_bytes", r.window_bytes);
+  kv(o, "target_bytes", r.target_bytes);
+  put_key(o, "timestamps");
+  o += r.timestamps ? "true" : "false";
+  o += "}\n";
+  lines_->write(o.data(), static_cast<std::streamsize>(o.size()));
+}
+
+void Replayer::write_flow_line(const FlowBook& f) {
+  std::string& o = line_;
+  o.assign("{");
+  kv(o, "type", "flow");
+  kv_num(o, "time_s", rel_seconds(f.last), "%.6f");
+  kv_num(o, "start_s", rel_seconds(f.first), "%.6f");
+  kv(o, "subscriber", f.subscriber.to_string());
+  kv(o, "subscriber_port", f.subscriber_port);
+  kv(o, "peer", f.peer.to_string());
+  kv(o, "peer_port", f.peer_port);
+  kv(o, "status", to_string(f.status()));
+  put_key(o, "initiator");
+  if (f.subscriber_initiated)
+    put_str(o, *f.subscriber_initiated ? "subscriber" : "peer");
+  else
+    o += "null";
+  kv(o, "packets_to_subscriber", f.packets[kTo]);
+  kv(o, "packets_from_subscriber", f.packets[kFrom]);
+  kv(o, "bytes_to_subscriber", f.payload_bytes[kTo]);
+  kv(o, "bytes_from_subscriber", f.payload_bytes[kFrom]);
+  for (size_t d : {kTo, kFrom}) {
+    const KnobBook& k = f.knob[d];
+    put_key(o, d == kTo ? "uplink" : "downlink");
+    o += '{';
+    kv(o, "policy", policy_text(d == kTo ? params_.uplink : params_.downlink));
+    kv(o, "acks", k.acks);
+    kv(o, "acks_rewritten", k.acks_rewritten);
+    put_key(o, "window_min");
+    put_opt(o, k.applied.min());
+    put_key(o, "window_median");
+    put_opt(o, k.applied.median());
+    put_key(o, "advertised_min");
+    put_opt(o, k.advertised.min());
+    put_key(o, "advertised_median");
+    put_opt(o, k.advertised.median());
+    o += '}';
+  }
+  kv(o, "decisions", f.decisions);
+  put_key(o, "t_buff_median_ms");
+  put_opt(o, median(f.t_buff_ms), "%.3f");
+  o += "}\n";
+  lines_->write(o.data(), static_cast<std::streamsize>(o.size()));
+}
+
+Summary Replayer::finish() {
+  std::vector<double> per_flow_tbuff;
+  for (const FlowBook& f : flows_) {
+    if (lines_ != nullptr) write_flow_line(f);
+    ++s_.flows_total;
+    switch (f.status()) {
+      case FlowStatus::kRegulated:
+        ++s_.flows_regulated;
+        break;
+      case FlowStatus::kUnregulated:
+        ++s_.flows_unregulated;
+        break;
+      case FlowStatus::kWithoutAcks:
+        ++s_.flows_without_acks;
+        break;
+    }
+    if (f.clamped()) ++s_.flows_clamped;
+    for (size_t d : {kTo, kFrom}) {
+      s_.knobs[d].acks += f.knob[d].acks;
+      s_.knobs[d].acks_rewritten += f.knob[d].acks_rewritten;
+    }
+    if (auto m = median(f.t_buff_ms)) per_flow_tbuff.push_back(*m);
+  }
+  s_.flows_with_t_buff = per_flow_tbuff.size();
+  s_.median_t_buff_ms = median(std::move(per_flow_tbuff));
+  if (lines_ != nullptr) lines_->flush();
+  const CoreCounters& c = engine_.counters();
+  for (size_t i = 0; i < s_.parse_errors.size(); ++i) s_.parse_errors[i] = c.parse_errors[i].get();
+  s_.engine_flows_created = c.flows_created.get();
+  s_.engine_flows_unregulated = c.flows_unregulated.get();
+  s_.engine_flows_evicted = c.flows_evicted.get();
+  s_.engine_flows_table_full = c.flows_table_full.get();
+  s_.engine_right_edge_holds = c.right_edge_holds[0].get() + c.right_edge_holds[1].get();
+  s_.engine_floor_holds = c.floor_holds[0].get() + c.floor_holds[1].get();
+  s_.first_time = first_;
+  s_.last_time = last_;
+  return s_;
+}
+
+Expected<Summary> replay_file(const std::string& path, uint32_t flows_max,
+                              const EngineParams& params, std::ostream* lines) {
+  if (auto ok = check_params(params); !ok) return ok.error();
+  auto reader = pcap::PcapReader::open(path);
+  if (!reader) return reader.error();
+  const uint32_t lt = reader->header().linktype;
+  Replayer r(flows_max, params, lines);
+  pcap::Record rec;
+  std::optional<std::string> error;
+  for (;;) {
+    auto more = reader->next(rec);
+    if (!more) {
+      error = more.error().message;
+      break;
+    }
+    if (!*more) break;
+    r.feed(rec, lt);
+  }
+  Summary s = r.finish();
+  s.capture = path;
+  s.linktype = lt;
+  s.error = std::move(error);
+  return s;
+}
+
+// ---- summary rendering -------------------------------------------------------------------
+
+std::string to_json(const Summary& s) {
+  std::string o = "{\n";
+  auto line = [&](auto&& body) {
+    o += "  ";
+    body();
+    o += ",\n";
+  };
+  // put_key() adds no comma after '{', '\n' or ' ': each line starts after "  ".
+  line([&] { kv(o, "capture", s.capture); });
+  line([&] { kv(o, "linktype", pcap::linktype_name(s.linktype)); });
+  line([&] {
+    put_key(o, "complete");
+    o += s.error ? "false" : "true";
+  });
+  line([&] {
+    put_key(o, "error");
+    if (s.error)
+      put_str(o, *s.error);
+    else
+      o += "null";
+  });
+  line([&] { kv(o, "records", s.records); });
+  line([&] { kv(o, "truncated_records", s.truncated_records); });
+  line([&] { kv(o, "packets_to_engine", s.packets_to_engine); });
+  line([&] { kv_num(o, "first_time_s", static_cast<double>(s.first_time) / 1e9, "%.6f"); });
+  line([&] {
+    kv_num(o, "duration_s", static_cast<double>(s.last_time - s.first_time) / 1e9, "%.6f");
+  });
+  line([&] {
+    put_key(o, "policies");
+    o += '{';
+    kv(o, "uplink", policy_text(s.knobs[kTo].params));
+    kv(o, "downlink", policy_text(s.knobs[kFrom].params));
+    o += '}';
+  });
+  line([&] {
+    put_key(o, "flows");
+    o += '{';
+    kv(o, "total", s.flows_total);
+    kv(o, "regulated", s.flows_regulated);
+    kv(o, "unregulated", s.flows_unregulated);
+    kv(o, "without_acks", s.flows_without_acks);
+    kv(o, "clamped", s.flows_clamped);
+    o += '}';
+  });
+  line([&] {
+    put_key(o, "acks");
+    o += '{';
+    for (size_t d : {kTo, kFrom}) {
+      put_key(o, d == kTo ? "uplink" : "downlink");
+      o += '{';
+      kv(o, "policy", policy_text(s.knobs[d].params));
+      kv(o, "acks", s.knobs[d].acks);
+      kv(o, "clamped", s.knobs[d].acks_rewritten);
+      o += '}';
+    }
+    put_key(o, "clamped_share");
+    put_opt(o, s.share_acks_clamped(), "%.6f");
+    o += '}';
+  });
+  line([&] { kv(o, "decision_records", s.decision_records); });
+  line([&] {
+    put_key(o, "decision_states");
+    o += '{';
+    for (const auto& [state, n] : s.decision_states) kv(o, state.c_str(), n);
+    o += '}';
+  });
+  line([&] { kv(o, "flows_with_t_buff", s.flows_with_t_buff); });
+  line([&] {
+    put_key(o, "median_t_buff_ms");
+    put_opt(o, s.median_t_buff_ms, "%.3f");
+  });
+  line([&] {
+    put_key(o, "parse_errors");
+    o += '{';
+    for (size_t i = 1; i < s.parse_errors.size(); ++i) {
+      kv(o, to_string(static_cast<ParseError>(i)), s.parse_errors[i]);
+    }
+    o += '}';
+  });
+  line([&] {
+    put_key(o, "link_errors");
+    o += '{';
+    for (size_t i = 1; i < s.link_errors.size(); ++i) {
+      kv(o, to_string(static_cast<pcap::LinkError>(i)), s.link_errors[i]);
+    }
+    o += '}';
+  });
+  line([&] {
+    put_key(o, "outcomes");
+    o += '{';
+    for (size_t i = 0; i < s.outcomes.size(); ++i) {
+      kv(o, to_string(static_cast<Outcome>(i)), s.outcomes[i]);
+    }
+    o += '}';
+  });
+  o += "  ";
+  put_key(o, "engine");
+  o += '{';
+  kv(o, "flows_created", s.engine_flows_created);
+  kv(o, "flows_unregulated", s.engine_flows_unregulated);
+  kv(o, "flows_evicted", s.engine_flows_evicted);
+  kv(o, "flows_table_full", s.engine_flows_table_full);
+  kv(o, "right_edge_holds", s.engine_right_edge_holds);
+  kv(o, "floor_holds", s.engine_floor_holds);
+  o += "}\n}\n";
+  return o;
+}
+
+std::string to_text(const Summary& s) {
+  std::string o;
+  char b[512];
+  auto add = [&](const char* fmt, auto... args) {
+    std::snprintf(b, sizeof(b), fmt, args...);
+    o += b;
+  };
+  add("rsfc-replay: %s (%s): %llu records over %.3f s, %llu IP packets to the engine\n",
+      s.capture.c_str(), pcap::linktype_name(s.linktype),
+      static_cast<unsigned long long>(s.records),
+      static_cast<double>(s.last_time - s.first_time) / 1e9,
+      static_cast<unsigned long long>(s.packets_to_engine));
+  if (s.error) add("  CAPTURE BROKEN, stopped early: %s\n", s.error->c_str());
+  add("  policies: uplink %s, downlink %s\n", policy_text(s.knobs[kTo].params).c_str(),
+      policy_text(s.knobs[kFrom].params).c_str());
+  add("  flows: %llu total, %llu regulated, %llu unregulated (handshake not in capture), "
+      "%llu without ACKs\n",
+      static_cast<unsigned long long>(s.flows_total),
+      static_cast<unsigned long long>(s.flows_regulated),
+      static_cast<unsigned long long>(s.flows_unregulated),
+      static_cast<unsigned long long>(s.flows_without_acks));
+  add("  would have been clamped: %llu flows", static_cast<unsigned long long>(s.flows_clamped));
+  if (auto share = s.share_acks_clamped()) {
+    uint64_t acks = 0, rew = 0;
+    for (const auto& k : s.knobs) {
+      if (!enforces(k.params.policy)) continue;
+      acks += k.acks;
+      rew += k.acks_rewritten;
+    }
+    add("; %llu of %llu ACKs (%.1f%%)\n", static_cast<unsigned long long>(rew),
+        static_cast<unsigned long long>(acks), *share * 100);
+  } else {
+    add("; no ACKs under an enforcing policy\n");
+  }
+  if (s.median_t_buff_ms) {
+    add("  median t_buff over %llu flows: %.3f ms (%llu decision records)\n",
+        static_cast<unsigned long long>(s.flows_with_t_buff), *s.median_t_buff_ms,
+        static_cast<unsigned long long>(s.decision_records));
+  } else {
+    add("  median t_buff: none (%llu decision records)\n",
+        static_cast<unsigned long long>(s.decision_records));
+  }
+  std::string errs;
+  for (size_t i = 1; i < s.parse_errors.size(); ++i) {
+    if (s.parse_errors[i] == 0) continue;
+    std::snprintf(b, sizeof(b), "%s%s %llu", errs.empty() ? "" : ", ",
+                  to_string(static_cast<ParseError>(i)),
+                  static_cast<unsigned long long>(s.parse_errors[i]));
+    errs += b;
+  }
+  for (size_t i = 1; i < s.link_errors.size(); ++i) {
+    if (s.link_errors[i] == 0) continue;
+    std::snprintf(b, sizeof(b), "%s%s %llu", errs.empty() ? "" : ", ",
+                  to_string(static_cast<pcap::LinkError>(i)),
+                  static_cast<unsigned long long>(s.link_errors[i]));
+    errs += b;
+  }
+  add("  parse errors: %s\n", errs.empty() ? "none" : errs.c_str());
+  if (s.truncated_records > 0) {
+    add("  %llu records were cut by the capture's snap length: packets the engine cannot "
+        "parse whole are passed unchanged (capture with -s 0 for a faithful replay)\n",
+        static_cast<unsigned long long>(s.truncated_records));
+  }
+  const uint64_t not_sub = s.outcomes[static_cast<size_t>(Outcome::kNotSubscriber)];
+  if (not_sub > 0) {
+    add("  %llu packets had no end (or both ends) in subscriber_networks: ignored\n",
+        static_cast<unsigned long long>(not_sub));
+  }
+  return o;
+}
+
+}  // namespace rsfc::replay
