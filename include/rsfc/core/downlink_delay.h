@@ -1,0 +1,94 @@
+// Downlink queueing delay from the phone's own clock (docs/DESIGN.md §4a).
+//
+// The gateway forwards the server's data towards the phone BEFORE the downlink buffer, and
+// the phone stamps each ACK with its TSval when it sends it, BEFORE the uplink buffer. So for
+// a data segment forwarded at gateway time f and the phone's first ACK that covers it,
+//
+//   d = TSval(ack) * g - f       = downlink one-way delay (incl. its queue) + the phone's
+//                                  reaction + an unknown clock offset,
+//   q_down = d - min(d)          min over a sliding window (`horizon`), as for t_buff,
+//
+// and the ACK's own wait in the uplink queue never enters: the gateway's arrival time of
+// the ACK is not used. (A round trip from data to ACK, DRWA's signal, contains it: with a
+// concurrent upload that is seconds.)
+//
+// Matching, with bounded memory (kSlots): the gateway times at most one new data segment per
+// `min_spacing` (its end sequence and forwarding time). The first ACK whose cumulative ack
+// covers timed segments gives one sample from the latest of them (the tightest bound: the
+// phone received it last) and frees them all. So:
+//  - delayed ACKs (one ACK per two segments, or a lone segment acked by the delayed-ACK
+//    timer) and stretch ACKs (GRO/LRO on the phone) add the time from the timed segment's
+//    arrival to the ACK: upward spikes only, which the short filter (minimum over `filter`)
+//    and min(d) remove;
+//  - reordered, duplicate and old ACKs cover no pending slot: no sample;
+//  - a retransmission cancels the slots at or after its start (Karn: the ACK may answer
+//    either copy);
+//  - TSval wraps are unwrapped; g (ns per tick) comes from the caller (the flow's tick
+//    estimate from the phone's segments) and stored values are re-based when it changes;
+//  - after an idle gap longer than the horizon the windows restart (a suspended phone's TS
+//    clock stopped).
+// Pure, fixed-size, no heap.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "rsfc/core/estimators.h"
+#include "rsfc/core/types.h"
+
+namespace rsfc {
+
+class DownlinkQueueEstimator {
+ public:
+  static constexpr size_t kSlots = 8;
+  static constexpr Nanos kMaxAge = 8 * kSecond;  // a slot never answered is dropped then
+
+  // A data segment [seq, end) forwarded towards the phone at `now`.
+  void on_data(Nanos now, uint32_t seq, uint32_t end, Nanos min_spacing);
+  // An ACK from the phone with its TSval; `ns_per_tick` is the phone's tick length g
+  // (0 = not known yet: the slots are consumed, no sample). Returns the ACK's raw q_down
+  // when it covered timed segments.
+  std::optional<Nanos> on_ack(Nanos now, uint32_t ack, uint32_t tsval, double ns_per_tick,
+                              Nanos horizon, Nanos filter);
+
+  // Standing downlink queue: the minimum of the raw samples of the last `filter`.
+  std::optional<Nanos> filtered(Nanos now, Nanos filter) const;
+  std::optional<Nanos> last_raw() const { return last_raw_; }
+  uint32_t samples() const { return samples_; }
+  // End sequence of the timed segment the last sample came from (tests, decision log).
+  uint32_t last_matched_end() const { return matched_end_; }
+
+ private:
+  struct Slot {
+    Nanos time = 0;
+    uint32_t end = 0;
+    bool pending = false;
+  };
+  struct Match {
+    Nanos time;
+    uint32_t end;
+  };
+  std::optional<Match> take_covered(Nanos now, uint32_t ack);
+  void restart();
+
+  std::array<Slot, kSlots> slots_{};
+  TsUnwrapper unwrap_;
+  WindowedMinAux<8> dmin_;  // value d, aux = ticks - ref_ticks_
+  WindowedMin<4> filter_;   // raw q_down samples
+  Nanos last_record_ = 0;
+  Nanos last_sample_ = 0;
+  Nanos ref_time_ = 0;
+  int64_t ref_ticks_ = 0;
+  double g_used_ = 0;
+  std::optional<Nanos> last_raw_;
+  uint32_t high_end_ = 0;
+  uint32_t matched_end_ = 0;
+  uint32_t samples_ = 0;
+  bool have_high_ = false;
+  bool recorded_ = false;
+  bool has_ref_ = false;
+};
+
+}  // namespace rsfc
