@@ -148,12 +148,11 @@ class TwoPhoneTopology(topo_mod.Topology):
         if Path(f"/run/netns/{self.ns('phone2')}").exists():
             raise RuntimeError(f"namespace {self.ns('phone2')} already exists")
         super().up()
-        topo_mod._sh(["ip", "netns", "add", self.ns("phone2")])
+        self.add_netns("phone2")
         self.node_script("phone2", "common.sh",
                          env={"RSFC_CC": self.cc_phone or "",
                               "RSFC_TIMESTAMPS": "1" if self.phone_timestamps else "0"})
-        topo_mod._sh(["ip", "link", "add", "phone1", "netns", self.ns("bs"), "type", "veth",
-                      "peer", "name", "eth0", "netns", self.ns("phone2")])
+        self.add_veth("bs", "phone1", "phone2", "eth0")
         self.node_script("phone2", "link.sh", "eth0", f"{PHONE2_4}/24")
         self.node_script("bs", "link.sh", "phone1", f"{BS_PHONE2_4}/24")
         self.node_script("bs", "router.sh")
@@ -165,14 +164,7 @@ class TwoPhoneTopology(topo_mod.Topology):
 
     def down(self) -> None:
         super().down()  # kills every process we started, phone2's included
-        ns = self.ns("phone2")
-        if Path(f"/run/netns/{ns}").exists():
-            for pid in topo_mod._sh(["ip", "netns", "pids", ns], check=False).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            topo_mod._sh(["ip", "netns", "del", ns], check=False)
+        topo_mod.delete_netns(self.ns("phone2"))
 
 
 # ---- one test: a fresh lab, timed events, samples ---------------------------------------

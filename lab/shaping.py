@@ -199,7 +199,7 @@ class Shaping:
 
     def stop(self) -> None:
         try:
-            if self.topo._up:
+            if self.topo.is_up:
                 self.topo.node_script("bs", "bs-delay.sh", "--flush")
                 for towards in ("gw", "phone"):
                     self._script("bs-bottleneck.sh", self.topo.iface("bs", towards), "--clear")
@@ -228,8 +228,7 @@ def main(argv=None) -> int:
     ap_apply.add_argument("--scenario", default="3g", choices=sorted(scenarios.SCENARIOS))
     ap_apply.add_argument("--engine", default="tbf", choices=("tbf", "linkem"))
     a = ap.parse_args(argv)
-    t = topo_mod.Topology(a.name)
-    t._up = True  # attach to an existing topology (its namespaces are not ours to delete)
+    t = topo_mod.Topology(a.name).attach()  # its namespaces are not ours to delete
     link = scenarios.SCENARIOS[a.scenario].link
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     s = Shaping(t, link, engine=a.engine)
