@@ -27,7 +27,6 @@ import argparse
 import json
 import re
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,11 +37,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import topo as topo_mod  # noqa: E402
-from shaping import Direction, LinkSpec, Shaping  # noqa: E402
+from shaping import LINKS, LinkSpec, Shaping  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "lab" / "out"
-KIB, MIB = 1024, 1024 * 1024
 DL_PORT, UL_PORT = 5201, 5202
 
 
@@ -58,18 +56,12 @@ class Scenario:
     max_added_p95_ms: float = 100.0    # p95 under load <= download-alone p95 + this
 
 
-def _link(up_bps, up_buf, down_bps, down_buf, rtt_ms) -> LinkSpec:
-    return LinkSpec(up=Direction(up_bps, up_buf, rtt_ms / 2),
-                    down=Direction(down_bps, down_buf, rtt_ms / 2))
-
-
 SCENARIOS = {
     "3g": Scenario("3g", "3G: up 2 Mbit/s 1 MiB buffer, down 7.2 Mbit/s 256 KiB, 40 ms base RTT",
-                   _link(2_000_000, 1 * MIB, 7_200_000, 256 * KIB, 40)),
+                   LINKS["3g"]),
     "lte": Scenario("lte", "LTE: up 10 Mbit/s 2 MiB buffer, down 30 Mbit/s 1 MiB, 60 ms base RTT",
-                    _link(10_000_000, 2 * MIB, 30_000_000, 1 * MIB, 60)),
-    "3g-nots": Scenario("3g-nots", "3G as above, phone without TCP timestamps",
-                        _link(2_000_000, 1 * MIB, 7_200_000, 256 * KIB, 40),
+                    LINKS["lte"]),
+    "3g-nots": Scenario("3g-nots", "3G as above, phone without TCP timestamps", LINKS["3g"],
                         phone_timestamps=False, min_dl_fraction=0.80, min_ul_fraction=0.80,
                         max_added_p95_ms=200.0),
 }

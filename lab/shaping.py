@@ -22,7 +22,7 @@ fail-open, queue numbers of the bs namespace's own).
         ...
         print(s.linkem_stats())
 
-CLI (on a topology left up by `lab/topo.py up --name X`):
+CLI (on a topology left up by `lab/topo.py up --name X`; LINKS names the links):
     lab/shaping.py apply --name X --scenario 3g      # stays in the foreground until Ctrl-C
 """
 
@@ -80,6 +80,22 @@ class LinkSpec:
 
     def to_dict(self) -> dict:
         return {"up": asdict(self.up), "down": asdict(self.down), "base_rtt_ms": self.base_rtt_ms}
+
+    @classmethod
+    def symmetric_rtt(cls, up_bps: int, up_buf: int, down_bps: int, down_buf: int,
+                      rtt_ms: float) -> "LinkSpec":
+        """Constant rates and drop-tail buffers; the base RTT split evenly (half each way)."""
+        return cls(up=Direction(up_bps, up_buf, rtt_ms / 2),
+                   down=Direction(down_bps, down_buf, rtt_ms / 2))
+
+
+KIB, MIB = 1024, 1024 * 1024
+
+# The named cellular links (lab/scenarios.py's scenarios run on them).
+LINKS = {
+    "3g": LinkSpec.symmetric_rtt(2_000_000, 1 * MIB, 7_200_000, 256 * KIB, 40),
+    "lte": LinkSpec.symmetric_rtt(10_000_000, 2 * MIB, 30_000_000, 1 * MIB, 60),
+}
 
 
 def linkem_binary() -> Path:
@@ -219,22 +235,22 @@ class Shaping:
 
 
 def main(argv=None) -> int:
-    import scenarios  # the scenario table lives there
     ap = argparse.ArgumentParser(description="apply an emulated cellular link to a lab "
                                  "topology left up by `lab/topo.py up`")
     sub = ap.add_subparsers(dest="cmd", required=True)
     ap_apply = sub.add_parser("apply", help="apply until Ctrl-C, then remove")
     ap_apply.add_argument("--name", required=True)
-    ap_apply.add_argument("--scenario", default="3g", choices=sorted(scenarios.SCENARIOS))
+    ap_apply.add_argument("--scenario", "--link", dest="link", default="3g",
+                          choices=sorted(LINKS), help="named link (default 3g)")
     ap_apply.add_argument("--engine", default="tbf", choices=("tbf", "linkem"))
     a = ap.parse_args(argv)
     t = topo_mod.Topology(a.name).attach()  # its namespaces are not ours to delete
-    link = scenarios.SCENARIOS[a.scenario].link
+    link = LINKS[a.link]
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     s = Shaping(t, link, engine=a.engine)
     try:
         s.start()
-        print(f"{a.scenario} applied in {t.ns('bs')}: {json.dumps(link.to_dict())}; "
+        print(f"{a.link} applied in {t.ns('bs')}: {json.dumps(link.to_dict())}; "
               f"Ctrl-C removes it", flush=True)
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
