@@ -36,8 +36,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import topo as topo_mod  # noqa: E402
-from scenarios import (OUT_DIR, SCENARIOS, _fmt, _percentile, payload_fraction,  # noqa: E402
-                       check_policy, policy_config)
+from measure import fmt, flow_mbps, jain, payload_fraction, percentile, rtt_stats  # noqa: E402
+from policies import check_policy, policy_config, wants_decision_log, with_decision_log  # noqa: E402,E501
+from scenarios import OUT_DIR, SCENARIOS  # noqa: E402
 from shaping import UPLINK_QUEUE, Direction, LinkSpec, Shaping, linkem_binary  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -176,10 +177,6 @@ def _tbf_burst(rate_bps: int) -> int:
     return max(3100, rate_bps // 8 // 500)
 
 
-def wants_decision_log(policy: str) -> bool:
-    return policy == "observe" or policy.startswith("rsfc")
-
-
 class Bench:
     """One test on a fresh lab: topology (+ a second phone), the emulated link, rsfcd with
     `policy` (at once, or later with start_daemon()), a traffic server on srv, a pinger on
@@ -271,7 +268,7 @@ class Bench:
     def daemon_config(self) -> dict | None:
         cfg = policy_config(self.policy)
         if cfg is not None and wants_decision_log(self.policy):
-            cfg = topo_mod.deep_merge(cfg, {"rsfc": {"decision_log": str(self.decision_log)}})
+            cfg = with_decision_log(cfg, self.decision_log)
         return cfg
 
     def start_daemon(self) -> None:
@@ -512,59 +509,6 @@ def read_decisions(path: Path, t0: float) -> list:
     return out
 
 
-# ---- measurements on a result ---------------------------------------------------------
-def _interp(samples: list, t: float, col: int = 1) -> float | None:
-    """Value of column `col` at time t (linear between samples; held after the last)."""
-    if not samples:
-        return None
-    if t <= samples[0][0]:
-        return float(samples[0][col]) if t >= samples[0][0] - 0.5 else 0.0
-    if t >= samples[-1][0]:
-        return float(samples[-1][col])
-    i = bisect.bisect_left([s[0] for s in samples], t)
-    (ta, va), (tb, vb) = (samples[i - 1][0], samples[i - 1][col]), (samples[i][0], samples[i][col])
-    return va + (vb - va) * (t - ta) / (tb - ta) if tb > ta else float(vb)
-
-
-def flow_mbps(flow: dict, a: float, b: float) -> float | None:
-    """Goodput (delivered payload, sender's view) between a and b seconds, Mbit/s.
-
-    tcp_info's `delivered` counts segments (column 1 is that times the MSS): right for
-    full-sized segments, too high when a small receive window makes the sender cut shorter
-    ones (four rsfc-regulated uploads of ~10 kB windows: 9 % above the link's capacity).
-    Without a retransmission in [a, b] nothing waits behind a hole, so bytes_acked (column 2)
-    is exact and is used; with one (drop-tail losses: `off`, large static windows) the
-    segment count is, as it does not stall while the hole is repaired."""
-    s = flow.get("send_samples") or []
-    if not s or b <= a:
-        return None
-    ra, rb = _interp(s, a, 3), _interp(s, b, 3)
-    col = 2 if ra is not None and rb is not None and rb - ra < 1 else 1
-    va, vb = _interp(s, a, col), _interp(s, b, col)
-    return (vb - va) * 8 / (b - a) / 1e6
-
-
-def flow_series(flow: dict, step: float = 0.5) -> list[tuple[float, float]]:
-    s = flow.get("send_samples") or []
-    if len(s) < 2:
-        return []
-    out = []
-    t = s[0][0]
-    while t + step <= s[-1][0]:
-        out.append((t + step / 2, flow_mbps(flow, t, t + step)))
-        t += step
-    return out
-
-
-def rtt_stats(res: dict, a: float, b: float) -> dict:
-    """Phone RTT percentiles over the pings sent between a and b (lost ones: whole test)."""
-    ping = res.get("ping") or {}
-    rtts = [r for t, r in ping.get("samples", []) if a <= t <= b]
-    return {"p50": _percentile(rtts, 0.5), "p95": _percentile(rtts, 0.95),
-            "max": max(rtts) if rtts else None, "n": len(rtts),
-            "lost": ping.get("lost"), "sent": ping.get("sent")}
-
-
 # ---- policies and tables ---------------------------------------------------------------
 _EXTRA_POLICIES: list[str] = []
 
@@ -605,7 +549,7 @@ def _pctf(v):
 
 
 def _ms(v):
-    return _fmt(v, digits=0)
+    return fmt(v, digits=0)
 
 
 def _rtt(st):
@@ -673,7 +617,7 @@ def run_trace(a, log) -> dict:
                           else None)
             entry["tests"][policy] = res
             entry["summary"][policy] = s
-            log(f"  {name} {policy:>14}: dl {_fmt(dl)} ({_pctf(s['dl_fraction'])}) ul {_fmt(ul)} "
+            log(f"  {name} {policy:>14}: dl {fmt(dl)} ({_pctf(s['dl_fraction'])}) ul {fmt(ul)} "
                 f"({_pctf(s['ul_fraction'])}) Mbit/s, RTT {_rtt(st)} ms "
                 f"({time.monotonic() - t_start:.0f} s)")
         entry["best_static"] = pick_best_static(
@@ -693,9 +637,9 @@ def format_trace(out: dict) -> str:
         S = e["summary"]
         any_s = S[pol[0]]
         rows = [
-            ("download [Mbit/s]", [_fmt(S[p]["dl_mbps"]) for p in pol]),
+            ("download [Mbit/s]", [fmt(S[p]["dl_mbps"]) for p in pol]),
             ("  % of trace capacity", [_pctf(S[p]["dl_fraction"]) for p in pol]),
-            ("upload [Mbit/s]", [_fmt(S[p]["ul_mbps"]) for p in pol]),
+            ("upload [Mbit/s]", [fmt(S[p]["ul_mbps"]) for p in pol]),
             ("  % of trace capacity", [_pctf(S[p]["ul_fraction"]) for p in pol]),
             ("phone RTT p50/p95 [ms]", [f"{_ms(S[p]['rtt_p50_ms'])}/{_ms(S[p]['rtt_p95_ms'])}"
                                         for p in pol]),
@@ -711,7 +655,7 @@ def _loads_stats(loads: list, page: str | None, timeout: float) -> dict:
     sel = [x for x in loads if page is None or x["page"] == page]
     secs = [x["seconds"] if x["complete"] else max(x["seconds"], timeout) for x in sel]
     return {"n": len(sel), "incomplete": sum(1 for x in sel if not x["complete"]),
-            "p50": _percentile(secs, 0.5), "p90": _percentile(secs, 0.9),
+            "p50": percentile(secs, 0.5), "p90": percentile(secs, 0.9),
             "max": max(secs) if secs else None}
 
 
@@ -754,9 +698,9 @@ def run_web(a, log) -> dict:
              "ul_mbps": flow_mbps(res["flows"]["ul"], W, t_web_end) if upload else None,
              "rtt": rtt_stats(res, W, t_web_end), "errors": res["errors"]}
         log(f"  web {policy:>14}{'' if upload else ' (no upload)'}: single p50/p90 "
-            f"{_fmt(s['single']['p50'])}/{_fmt(s['single']['p90'])} s, multi "
-            f"{_fmt(s['multi']['p50'])}/{_fmt(s['multi']['p90'])} s (n={s['all']['n']}), "
-            f"upload {_fmt(s['ul_mbps'])} Mbit/s, RTT {_rtt(s['rtt'])} ms "
+            f"{fmt(s['single']['p50'])}/{fmt(s['single']['p90'])} s, multi "
+            f"{fmt(s['multi']['p50'])}/{fmt(s['multi']['p90'])} s (n={s['all']['n']}), "
+            f"upload {fmt(s['ul_mbps'])} Mbit/s, RTT {_rtt(s['rtt'])} ms "
             f"({time.monotonic() - t_start:.0f} s)")
         return res, s
 
@@ -779,7 +723,7 @@ def format_web(out: dict) -> str:
 
     def cell(p, page, k):
         st = S[p][page]
-        v = _fmt(st[k])
+        v = fmt(st[k])
         return v if not st["incomplete"] or k == "p50" and st["p50"] < out["timeout_s"] else (
             ">" + v if st[k] is not None and st[k] >= out["timeout_s"] else v)
 
@@ -787,9 +731,9 @@ def format_web(out: dict) -> str:
     for page, label in (("single", "1 x 320 KB"), ("multi", "30 objects, 6 conns")):
         rows.append((f"{label}: loads (incomplete)",
                      [f"{S[p][page]['n']} ({S[p][page]['incomplete']})" for p in pol]))
-        rows.append((f"  load time p50/p90 [s]",
+        rows.append(("  load time p50/p90 [s]",
                      [f"{cell(p, page, 'p50')}/{cell(p, page, 'p90')}" for p in pol]))
-    rows.append(("upload [Mbit/s]", [_fmt(S[p]["ul_mbps"]) for p in pol]))
+    rows.append(("upload [Mbit/s]", [fmt(S[p]["ul_mbps"]) for p in pol]))
     rows.append(("phone RTT p50/p95 [ms]", [_rtt(S[p]["rtt"]) for p in pol]))
     best = out.get("best_static")
     return table(f"scenario web: page loads while the phone uploads, 3g link (up 2 Mbit/s 1 MiB, "
@@ -799,12 +743,6 @@ def format_web(out: dict) -> str:
 
 
 # ---- scenario: fairness -------------------------------------------------------------------
-def jain(rates: list[float]) -> float | None:
-    if not rates or any(r is None for r in rates) or sum(r * r for r in rates) == 0:
-        return None
-    return sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates))
-
-
 def run_fairness(a, log) -> dict:
     """Two competing uploads on the 3g link's uplink: (a) both from one phone, (b) one from
     each of two phones behind the same bottleneck; the second starts 3 s after the first."""
@@ -825,7 +763,7 @@ def run_fairness(a, log) -> dict:
     single = flow_mbps(res["flows"]["ul1"], W, D)
     out["tests"]["single"] = res
     out["single_tcp_mbps"] = single
-    log(f"  fairness single TCP upload (off): {_fmt(single)} Mbit/s "
+    log(f"  fairness single TCP upload (off): {fmt(single)} Mbit/s "
         f"({time.monotonic() - t_start:.0f} s)")
     for policy in policies:
         out["tests"][policy] = {}
@@ -840,9 +778,9 @@ def run_fairness(a, log) -> dict:
             out["tests"][policy][case] = res
             summarize_fairness(out)
             s = out["summary"][policy][case]
-            log(f"  fairness {case:>10} {policy:>14}: {_fmt(s['r1_mbps'])} + "
-                f"{_fmt(s['r2_mbps'])} Mbit/s, Jain {_fmt(s['jain'], digits=3)}, efficiency "
-                f"{_fmt(s['efficiency'])}, RTT {_ms(s['rtt_p50_ms'])}/{_ms(s['rtt_p95_ms'])} ms "
+            log(f"  fairness {case:>10} {policy:>14}: {fmt(s['r1_mbps'])} + "
+                f"{fmt(s['r2_mbps'])} Mbit/s, Jain {fmt(s['jain'], digits=3)}, efficiency "
+                f"{fmt(s['efficiency'])}, RTT {_ms(s['rtt_p50_ms'])}/{_ms(s['rtt_p95_ms'])} ms "
                 f"({time.monotonic() - t_start:.0f} s)")
     return out
 
@@ -887,15 +825,15 @@ def format_fairness(out: dict) -> str:
     rows = []
     for case, label in (("one-phone", "(a) one phone"), ("two-phones", "(b) two phones")):
         rows.append((f"{label}: R1 + R2 [Mbit/s]",
-                     [f"{_fmt(S[p][case]['r1_mbps'])}+{_fmt(S[p][case]['r2_mbps'])}" for p in pol]))
-        rows.append(("  Jain index", [_fmt(S[p][case]["jain"], digits=3) for p in pol]))
-        rows.append(("  efficiency (R1+R2)/R_single", [_fmt(S[p][case]["efficiency"]) for p in pol]))
+                     [f"{fmt(S[p][case]['r1_mbps'])}+{fmt(S[p][case]['r2_mbps'])}" for p in pol]))
+        rows.append(("  Jain index", [fmt(S[p][case]["jain"], digits=3) for p in pol]))
+        rows.append(("  efficiency (R1+R2)/R_single", [fmt(S[p][case]["efficiency"]) for p in pol]))
         rows.append(("  phone RTT p50/p95 [ms]",
                      [f"{_ms(S[p][case]['rtt_p50_ms'])}/{_ms(S[p][case]['rtt_p95_ms'])}"
                       for p in pol]))
     return table(f"scenario fairness: two uploads (the second starts 3 s later), 3g uplink "
                  f"2 Mbit/s 1 MiB; window {out['warmup_s']:g}-{out['duration_s']:g} s; "
-                 f"R_single = one unregulated upload = {_fmt(out['single_tcp_mbps'])} Mbit/s; "
+                 f"R_single = one unregulated upload = {fmt(out['single_tcp_mbps'])} Mbit/s; "
                  f"{out['rule']} (*)", pol, rows, out.get("best_static"))
 
 
@@ -926,7 +864,7 @@ def run_uploads(a, log) -> dict:
             res = b.finish()
         base[tag] = flow_mbps(res["flows"][tag], W, D)
         out["tests"][f"single-{tag}"] = res
-        log(f"  uploads single {direction}load (off): {_fmt(base[tag])} Mbit/s "
+        log(f"  uploads single {direction}load (off): {fmt(base[tag])} Mbit/s "
             f"({time.monotonic() - t_start:.0f} s)")
     for policy in policies:
         out["tests"][policy] = {}
@@ -943,8 +881,8 @@ def run_uploads(a, log) -> dict:
             out["tests"][policy][case] = res
             summarize_uploads(out)
             s = out["summary"][policy][case]
-            log(f"  uploads {case:>8} {policy:>14}: uploads {_fmt(s['upload_total_mbps'])} "
-                f"Mbit/s, Jain {_fmt(s['jain'], digits=3)}, download {_fmt(s['download_mbps'])}, "
+            log(f"  uploads {case:>8} {policy:>14}: uploads {fmt(s['upload_total_mbps'])} "
+                f"Mbit/s, Jain {fmt(s['jain'], digits=3)}, download {fmt(s['download_mbps'])}, "
                 f"RTT {_ms(s['rtt_p50_ms'])}/{_ms(s['rtt_p95_ms'])} ms "
                 f"({time.monotonic() - t_start:.0f} s)")
     return out
@@ -990,19 +928,19 @@ def format_uploads(out: dict) -> str:
     rows = []
     for case, label in (("alone", "(a) uploads alone"), ("download", "(b) with a download")):
         rows.append((f"{label}: sum [Mbit/s]",
-                     [_fmt(S[p][case]["upload_total_mbps"]) for p in pol]))
-        rows.append(("  each [Mbit/s]", ["/".join(_fmt(r) for r in S[p][case]["upload_mbps"])
+                     [fmt(S[p][case]["upload_total_mbps"]) for p in pol]))
+        rows.append(("  each [Mbit/s]", ["/".join(fmt(r) for r in S[p][case]["upload_mbps"])
                                          for p in pol]))
-        rows.append(("  Jain index", [_fmt(S[p][case]["jain"], digits=3) for p in pol]))
+        rows.append(("  Jain index", [fmt(S[p][case]["jain"], digits=3) for p in pol]))
         if case == "download":
-            rows.append(("  download [Mbit/s]", [_fmt(S[p][case]["download_mbps"]) for p in pol]))
+            rows.append(("  download [Mbit/s]", [fmt(S[p][case]["download_mbps"]) for p in pol]))
         rows.append(("  phone RTT p50/p95 [ms]",
                      [f"{_ms(S[p][case]['rtt_p50_ms'])}/{_ms(S[p][case]['rtt_p95_ms'])}"
                       for p in pol]))
     return table(f"scenario uploads: {out['uploads']} uploads from one phone, 0.5 s apart, "
                  f"3g link; window {out['warmup_s']:g}-{out['duration_s']:g} s; one upload "
-                 f"alone {_fmt(out['single_upload_mbps'])} Mbit/s, download alone "
-                 f"{_fmt(out['download_alone_mbps'])} Mbit/s; {out['rule']} (*)", pol, rows,
+                 f"alone {fmt(out['single_upload_mbps'])} Mbit/s, download alone "
+                 f"{fmt(out['download_alone_mbps'])} Mbit/s; {out['rule']} (*)", pol, rows,
                  out.get("best_static"))
 
 
@@ -1058,7 +996,7 @@ def run_changes(a, log) -> dict:
             out["tests"][policy][case] = res
             out["summary"][policy][case] = s
             log(f"  changes {case:>5} {policy:>14}: " + "; ".join(
-                f"{ph} dl {_fmt(v['dl_mbps'])} ul {_fmt(v['ul_mbps'])} RTT "
+                f"{ph} dl {fmt(v['dl_mbps'])} ul {fmt(v['ul_mbps'])} RTT "
                 f"{_ms(v['rtt_p50_ms'])}/{_ms(v['rtt_p95_ms'])}" for ph, v in s["phases"].items())
                 + f" ({time.monotonic() - t_start:.0f} s)")
     scores = {}
@@ -1098,9 +1036,9 @@ def run_changes(a, log) -> dict:
              "errors": res["errors"]}
         out["tests"].setdefault(policy, {})["late"] = res
         out["summary"].setdefault(policy, {})["late"] = s
-        log(f"  changes  late {policy:>14}: old {_fmt(s['old_before_mbps'])} -> "
-            f"{_fmt(s['old_after_mbps'])} -> {_fmt(s['old_with_new_mbps'])}, new "
-            f"{_fmt(s['new_mbps'])} Mbit/s, unregulated {s['unregulated_flows']}, decisions "
+        log(f"  changes  late {policy:>14}: old {fmt(s['old_before_mbps'])} -> "
+            f"{fmt(s['old_after_mbps'])} -> {fmt(s['old_with_new_mbps'])}, new "
+            f"{fmt(s['new_mbps'])} Mbit/s, unregulated {s['unregulated_flows']}, decisions "
             f"old/new {s['decisions_old']}/{s['decisions_new']} "
             f"({time.monotonic() - t_start:.0f} s)")
     return out
@@ -1119,10 +1057,10 @@ def format_changes(out: dict) -> str:
             any_ph = S[pol[0]][case]["phases"][ph]
             lo, hi = any_ph["window"]
             rows.append((f"{ph} [{lo:g}-{hi:g} s] download [Mbit/s]",
-                         [f"{_fmt(S[p][case]['phases'][ph]['dl_mbps'])} "
+                         [f"{fmt(S[p][case]['phases'][ph]['dl_mbps'])} "
                           f"({_pctf(S[p][case]['phases'][ph]['dl_fraction'])})" for p in pol]))
             rows.append((f"  upload [Mbit/s] (cap {any_ph['cap_ul_mbps']:.2f})",
-                         [f"{_fmt(S[p][case]['phases'][ph]['ul_mbps'])} "
+                         [f"{fmt(S[p][case]['phases'][ph]['ul_mbps'])} "
                           f"({_pctf(S[p][case]['phases'][ph]['ul_fraction'])})" for p in pol]))
             rows.append(("  phone RTT p50/p95 [ms]",
                          [f"{_ms(S[p][case]['phases'][ph]['rtt_p50_ms'])}/"
@@ -1132,13 +1070,13 @@ def format_changes(out: dict) -> str:
     if late:
         L = {p: S[p]["late"] for p in late}
         rows = [
-            ("old upload before daemon [Mbit/s]", [_fmt(L[p]["old_before_mbps"]) for p in late]),
-            ("  right after it starts", [_fmt(L[p]["old_after_mbps"]) for p in late]),
-            ("  with the new upload", [_fmt(L[p]["old_with_new_mbps"]) for p in late]),
-            ("new upload [Mbit/s]", [_fmt(L[p]["new_mbps"]) for p in late]),
+            ("old upload before daemon [Mbit/s]", [fmt(L[p]["old_before_mbps"]) for p in late]),
+            ("  right after it starts", [fmt(L[p]["old_after_mbps"]) for p in late]),
+            ("  with the new upload", [fmt(L[p]["old_with_new_mbps"]) for p in late]),
+            ("new upload [Mbit/s]", [fmt(L[p]["new_mbps"]) for p in late]),
             ("phone RTT p50/p95 before / after", [f"{_rtt(L[p]['rtt_before'])} / "
                                                   f"{_rtt(L[p]['rtt_after'])}" for p in late]),
-            ("flows seen without handshake", [_fmt(L[p]["unregulated_flows"], digits=0)
+            ("flows seen without handshake", [fmt(L[p]["unregulated_flows"], digits=0)
                                               for p in late]),
             ("decision records old / new", [f"{L[p]['decisions_old']}/{L[p]['decisions_new']}"
                                             for p in late]),
@@ -1189,7 +1127,7 @@ def run_stacks(a, log) -> dict:
                           if dl is not None and ul is not None else None)
             out["tests"][variant][policy] = res
             out["summary"][variant][policy] = s
-            log(f"  stacks {variant:>10} {policy:>14}: dl {_fmt(dl)} ul {_fmt(ul)} Mbit/s, RTT "
+            log(f"  stacks {variant:>10} {policy:>14}: dl {fmt(dl)} ul {fmt(ul)} Mbit/s, RTT "
                 f"{_rtt(st)} ms ({time.monotonic() - t_start:.0f} s)")
         out["best_static"][variant] = pick_best_static(
             {p: v["score"] for p, v in out["summary"][variant].items()},
@@ -1204,9 +1142,9 @@ def format_stacks(out: dict) -> str:
     for variant, S in out["summary"].items():
         pol = list(S)
         rows = [
-            ("download [Mbit/s]", [f"{_fmt(S[p]['dl_mbps'])} ({_pctf(S[p]['dl_fraction'])})"
+            ("download [Mbit/s]", [f"{fmt(S[p]['dl_mbps'])} ({_pctf(S[p]['dl_fraction'])})"
                                    for p in pol]),
-            ("upload [Mbit/s]", [f"{_fmt(S[p]['ul_mbps'])} ({_pctf(S[p]['ul_fraction'])})"
+            ("upload [Mbit/s]", [f"{fmt(S[p]['ul_mbps'])} ({_pctf(S[p]['ul_fraction'])})"
                                  for p in pol]),
             ("phone RTT p50/p95 [ms]", [f"{_ms(S[p]['rtt_p50_ms'])}/{_ms(S[p]['rtt_p95_ms'])}"
                                         for p in pol]),

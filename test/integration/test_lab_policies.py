@@ -1,4 +1,4 @@
-"""The lab's policy strings (lab/scenarios.py policy_config, used by scenarios.py and
+"""The lab's policy strings (lab/policies.py policy_config, used by scenarios.py and
 experiments.py): each becomes the rsfcd configuration it names, and rsfcd --check-config
 accepts it; an override with a misspelt key reaches the daemon and is refused there, so a
 lab run never silently measures the defaults instead."""
@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from scenarios import policy_config
+from policies import policy_config
 from topo import DEFAULT_CONFIG, deep_merge, to_yaml
 
 

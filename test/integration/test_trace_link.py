@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import experiments as ex
+from measure import flow_mbps, rtt_stats
 from shaping import Direction, LinkSpec, linkem_binary
 
 DURATION_S = 25.0
@@ -55,7 +56,7 @@ def _trace_run(prerequisites, traces: Path, name: str, direction: str, buffer_by
     assert not res["errors"], res["errors"]
     z = sum(res["linkem_start_monotonic"]) / 2 - res["t0_monotonic"]  # linkem start - t0
     assert res["linkem_start_monotonic"][1] - res["linkem_start_monotonic"][0] < 0.2
-    goodput = ex.flow_mbps(res["flows"]["flow"], WARMUP_S, DURATION_S)
+    goodput = flow_mbps(res["flows"]["flow"], WARMUP_S, DURATION_S)
     # Delivered at the sender = left the bottleneck one base RTT earlier.
     lo, hi = (WARMUP_S - z) * 1000 - BASE_RTT_MS, (DURATION_S - z) * 1000 - BASE_RTT_MS
     capacity = trace.mbps(lo, hi) * 1448 / 1500  # payload of 1500-byte opportunities
@@ -109,10 +110,10 @@ def test_full_buffer_adds_buffer_over_rate(prerequisites):
         res = b.finish()
     assert not res["errors"], res["errors"]
     expected = BASE_RTT_MS + buf * 8 / rate * 1000
-    st = ex.rtt_stats(res, 4.0, duration)
-    idle = ex.rtt_stats(res, 0.0, 0.9)
+    st = rtt_stats(res, 4.0, duration)
+    idle = rtt_stats(res, 0.0, 0.9)
     up = res["linkem"][0]
-    goodput = ex.flow_mbps(res["flows"]["flow"], 4.0, duration)
+    goodput = flow_mbps(res["flows"]["flow"], 4.0, duration)
     print(f"idle RTT {idle['p50']:.1f} ms; max RTT {st['max']:.1f} ms, p50 {st['p50']:.1f} ms "
           f"(base + buffer/rate = {expected:.1f} ms); buffer high-water "
           f"{up['max_buffer_bytes']} of {buf} B; goodput {goodput:.3f} Mbit/s "
