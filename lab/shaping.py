@@ -29,6 +29,7 @@ CLI (on a topology left up by `lab/topo.py up --name X`; LINKS names the links):
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import queue
@@ -103,6 +104,65 @@ def linkem_binary() -> Path:
     return (Path(build) if build else REPO / "build") / "lab" / "rsfc-linkem"
 
 
+# ---- capacity traces -------------------------------------------------------------------
+def traces_dir() -> Path:
+    """lab/traces in the repository (RSFC_TRACES_DIR overrides). Raises if missing."""
+    env = os.environ.get("RSFC_TRACES_DIR")
+    d = Path(env) if env else REPO / "lab" / "traces"
+    if not d.is_dir():
+        raise FileNotFoundError(f"capacity traces not found at {d} (RSFC_TRACES_DIR overrides)")
+    return d
+
+
+def trace_path(name: str, direction: str) -> Path:
+    p = traces_dir() / f"{name}.{direction}"
+    if not p.is_file():
+        raise FileNotFoundError(f"trace {p} missing")
+    return p
+
+
+class TraceFile:
+    """A Mahimahi trace (ms offset per 1500-byte delivery opportunity; repeats with the
+    period of its last offset), as rsfc-linkem plays it from its start time."""
+
+    def __init__(self, offsets_ms: list[int], name: str = ""):
+        if not offsets_ms or offsets_ms[-1] <= 0:
+            raise ValueError(f"empty trace {name}")
+        self.offsets = offsets_ms
+        self.period_ms = offsets_ms[-1]
+        self.name = name
+
+    @classmethod
+    def load(cls, path: Path) -> "TraceFile":
+        return cls([int(x) for x in Path(path).read_text().split()], Path(path).name)
+
+    def count_before(self, t_ms: float) -> int:
+        """Opportunities at times < t_ms (t_ms >= 0) since the trace started."""
+        q, r = divmod(t_ms, self.period_ms)
+        return int(q) * len(self.offsets) + bisect.bisect_left(self.offsets, r)
+
+    def opportunities(self, a_ms: float, b_ms: float) -> int:
+        return self.count_before(max(0.0, b_ms)) - self.count_before(max(0.0, a_ms))
+
+    def mbps(self, a_ms: float, b_ms: float, bytes_per_opp: int = 1500) -> float:
+        return self.opportunities(a_ms, b_ms) * bytes_per_opp * 8 / ((b_ms - a_ms) * 1e3)
+
+    def mean_mbps(self) -> float:
+        return self.mbps(0, self.period_ms)
+
+    def rotated(self, offset_ms: int) -> "TraceFile":
+        """The same trace started `offset_ms` into it."""
+        x = offset_ms % self.period_ms
+        first = [v - x for v in self.offsets if v > x]
+        rest = [v + self.period_ms - x for v in self.offsets if v <= x]
+        return TraceFile(first + rest, f"{self.name}@{x}ms")
+
+    def write(self, path: Path) -> Path:
+        path.write_text("".join(f"{v}\n" for v in self.offsets))
+        return path
+
+
+# ---- the emulated link ----------------------------------------------------------------
 class Shaping:
     """Applies a LinkSpec in the bs namespace; removes it on exit (the namespace itself
     belongs to the Topology)."""

@@ -2,7 +2,7 @@
 capacity trace exactly, a saturating CUBIC flow gets the capacity the trace offers, and a
 full drop-tail buffer adds buffer/rate of queueing delay.
 
-No rsfcd: the link alone (lab/experiments.py's Bench, lab/traffic.py's flows, real kernel
+No rsfcd: the link alone (lab/exps/bench.py's Bench, lab/traffic.py's flows, real kernel
 TCP). Goodput is the sender's delivered count (tcp_info, SACK-aware). Trace capacity is
 counted from the trace file over the same window, in the emulator's own time (trace time
 zero = rsfc-linkem's start), shifted by the base RTT between the bottleneck and the moment
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-import experiments as ex
+from exps.bench import Bench
 from measure import flow_mbps, rtt_stats
-from shaping import Direction, LinkSpec, linkem_binary
+from shaping import Direction, LinkSpec, TraceFile, linkem_binary, traces_dir
 
 DURATION_S = 25.0
 WARMUP_S = 8.0
@@ -29,7 +29,7 @@ BASE_RTT_MS = 40.0
 @pytest.fixture(scope="module")
 def traces():
     try:
-        d = ex.traces_dir()
+        d = traces_dir()
     except FileNotFoundError as e:
         pytest.fail(str(e), pytrace=False)
     return d
@@ -41,12 +41,12 @@ def _trace_run(prerequisites, traces: Path, name: str, direction: str, buffer_by
     assert linkem_binary().exists(), f"rsfc-linkem not built at {linkem_binary()}"
     path = traces / f"{name}.{direction}"
     assert path.is_file(), f"trace {path} missing"
-    trace = ex.TraceFile.load(path)
+    trace = TraceFile.load(path)
     shaped = Direction(buffer_bytes=buffer_bytes, delay_ms=BASE_RTT_MS / 2, trace=str(path))
     plain = Direction(delay_ms=BASE_RTT_MS / 2)
     link = LinkSpec(up=shaped, down=plain) if direction == "up" else LinkSpec(up=plain, down=shaped)
     snaps = {}
-    with ex.Bench(f"it-trace-{name}", link, "none", engine="linkem", log=print) as b:
+    with Bench(f"it-trace-{name}", link, "none", engine="linkem", log=print) as b:
         b.begin(ping_s=DURATION_S, linger_s=3)
         b.at(0, b.bulk, "flow", direction, DURATION_S)
         for t in (WARMUP_S, DURATION_S):
@@ -103,7 +103,7 @@ def test_full_buffer_adds_buffer_over_rate(prerequisites):
     link = LinkSpec(up=Direction(rate_bps=rate, buffer_bytes=buf, delay_ms=BASE_RTT_MS / 2),
                     down=Direction(delay_ms=BASE_RTT_MS / 2))
     duration = 14.0
-    with ex.Bench("it-fullbuf", link, "none", engine="linkem", log=print) as b:
+    with Bench("it-fullbuf", link, "none", engine="linkem", log=print) as b:
         b.begin(ping_s=duration, linger_s=3)
         b.at(1.0, b.bulk, "flow", "up", duration - 1.0)  # idle RTT first
         b.run_schedule()
