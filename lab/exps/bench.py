@@ -301,7 +301,31 @@ class Bench:
 
     # ---- results ------------------------------------------------------------------------
     def finish(self, timeout: float = 240) -> dict:
-        deadline = time.monotonic() + timeout
+        """Waits for the flows and the pinger (at most `timeout` s), stops the daemon and
+        the server and returns the test's result (see lab/measure.py for its numbers)."""
+        outs, ping_out = self._wait_clients(time.monotonic() + timeout)
+        res = {"label": self.label, "policy": self.policy, "engine": self.engine,
+               "t0_monotonic": self.t0, "linkem_start_monotonic": list(self.linkem_start),
+               "link": self.link.to_dict(), "cc_phone": self.cc_phone,
+               "phone_timestamps": self.phone_timestamps, "events": self.events,
+               "flows": {}, "web": None, "ping": {}, "decisions": [], "errors": self.errors}
+        res["linkem"] = self.shaping.linkem_stats() if self.shaping else []
+        res["tc"] = self.shaping.tc_stats() if self.shaping else {}
+        self._stop_daemon(res)
+        server = self._stop_server()
+        self._assemble_flows(res, outs, server)
+        res["web_server"] = {k: server.get(k) for k in ("web_requests", "web_bytes")}
+        try:
+            res["ping"] = json.loads(ping_out or "{}")
+        except json.JSONDecodeError:
+            self.errors.append("ping: bad JSON")
+        res["decisions"] = read_decisions(self.decision_log, self.t0)
+        for e in self.errors:
+            self.log(f"  ! {self.label} {self.policy}: {e}")
+        return res
+
+    def _wait_clients(self, deadline: float) -> tuple[dict[str, str], str]:
+        """The clients' stdout by tag, and the pinger's."""
         outs = {}
         for tag, (p, meta) in self.clients.items():
             try:
@@ -320,27 +344,28 @@ class Bench:
             except subprocess.TimeoutExpired:
                 self.ping.kill()
                 self.errors.append("ping: timed out")
-        res = {"label": self.label, "policy": self.policy, "engine": self.engine,
-               "t0_monotonic": self.t0, "linkem_start_monotonic": list(self.linkem_start),
-               "link": self.link.to_dict(), "cc_phone": self.cc_phone,
-               "phone_timestamps": self.phone_timestamps, "events": self.events,
-               "flows": {}, "web": None, "ping": {}, "decisions": [], "errors": self.errors}
-        res["linkem"] = self.shaping.linkem_stats() if self.shaping else []
-        res["tc"] = self.shaping.tc_stats() if self.shaping else {}
-        if self.daemon is not None:
-            if not self.daemon.alive():
-                self.errors.append(f"rsfcd died: {self.daemon.log_tail(5)}")
-            else:
-                try:
-                    m = self.daemon.metrics()
-                    res["daemon_metrics"] = {k: sum(v.values()) for k, v in m.items()}
-                    res["daemon_metrics_labeled"] = {
-                        k: [[dict(ls), v] for ls, v in m[k].items()]
-                        for k in ("rsfcd_windows_rewritten_total", "rsfcd_flows_unregulated_total",
-                                  "rsfcd_packets_total") if k in m}
-                except Exception as e:  # noqa: BLE001 (diagnostics only)
-                    self.errors.append(f"metrics: {e}")
-            self.daemon.stop()  # flushes the decision log
+        return outs, ping_out
+
+    def _stop_daemon(self, res: dict) -> None:
+        """The daemon's metrics into `res`, then stops it (which flushes the decision log)."""
+        if self.daemon is None:
+            return
+        if not self.daemon.alive():
+            self.errors.append(f"rsfcd died: {self.daemon.log_tail(5)}")
+        else:
+            try:
+                m = self.daemon.metrics()
+                res["daemon_metrics"] = {k: sum(v.values()) for k, v in m.items()}
+                res["daemon_metrics_labeled"] = {
+                    k: [[dict(ls), v] for ls, v in m[k].items()]
+                    for k in ("rsfcd_windows_rewritten_total", "rsfcd_flows_unregulated_total",
+                              "rsfcd_packets_total") if k in m}
+            except Exception as e:  # noqa: BLE001 (diagnostics only)
+                self.errors.append(f"metrics: {e}")
+        self.daemon.stop()
+
+    def _stop_server(self) -> dict:
+        """Stops the traffic server; its report (lab/traffic.py's Server)."""
         server_out = ""
         if self.server is not None and self.server.poll() is None:
             self.server.send_signal(signal.SIGTERM)
@@ -349,13 +374,17 @@ class Bench:
             except subprocess.TimeoutExpired:
                 self.server.kill()
                 self.errors.append("traffic server: no output")
-        # Assemble.
-        server = {}
         try:
-            server = json.loads(server_out or "{}")
+            return json.loads(server_out or "{}")
         except json.JSONDecodeError:
             self.errors.append("traffic server: bad JSON")
-        by_tag = {c.get("tag"): c for c in server.get("conns", []) if c.get("kind") in ("up", "down")}
+            return {}
+
+    def _assemble_flows(self, res: dict, outs: dict[str, str], server: dict) -> None:
+        """res["flows"] (each bulk flow with its sender's samples, from the client or the
+        server side) and res["web"]."""
+        by_tag = {c.get("tag"): c for c in server.get("conns", [])
+                  if c.get("kind") in ("up", "down")}
         for tag, (p, meta) in self.clients.items():
             try:
                 out = json.loads(outs.get(tag) or "{}")
@@ -379,15 +408,6 @@ class Bench:
             if not flow["send_samples"]:
                 self.errors.append(f"{tag}: no sender samples")
             res["flows"][tag] = flow
-        res["web_server"] = {k: server.get(k) for k in ("web_requests", "web_bytes")}
-        try:
-            res["ping"] = json.loads(ping_out or "{}")
-        except json.JSONDecodeError:
-            self.errors.append("ping: bad JSON")
-        res["decisions"] = read_decisions(self.decision_log, self.t0)
-        for e in self.errors:
-            self.log(f"  ! {self.label} {self.policy}: {e}")
-        return res
 
 
 def read_decisions(path: Path, t0: float) -> list:

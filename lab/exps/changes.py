@@ -17,6 +17,10 @@ from .bench import Bench
 from .common import fmt_ms, fmt_pct, fmt_rtt, pick_best_static, policies_for, table
 
 
+LOW_RATE_BPS = 500_000    # (1): the uplink rate in the middle third
+EXTRA_DELAY_MS = 100.0    # (2): added each way in the middle third
+
+
 def run(a, log) -> dict:
     """Changing conditions on the 3g link, download + upload: (1) uplink rate 2 -> 0.5 -> 2
     Mbit/s, (2) base RTT 40 -> 240 -> 40 ms, in thirds of the test; (3) an upload older than
@@ -26,51 +30,15 @@ def run(a, log) -> dict:
     policies = policies_for(a.statics or [32768, 65536], a.extra_policies)
     wd = Path(a.workdir) / "changes"
     t1, t2 = D / 3, 2 * D / 3
-    low = 500_000
-    extra = 100.0  # ms each way
-    eff = payload_fraction(True, "tbf")
     out = {"scenario": "changes", "duration_s": D, "warmup_s": W, "link": link.to_dict(),
            "link_name": "3g", "policies": policies, "steps_s": [t1, t2],
            "rule": "best static = highest mean over the phases of (1) and (2) of "
                    "min(download/capacity, upload/capacity)",
            "tests": {}, "summary": {}}
-    phases = [("p1", W, t1), ("p2", t1 + 2, t2), ("p3", t2 + 2, D)]
     for policy in policies:
         out["tests"][policy], out["summary"][policy] = {}, {}
         for case in ("rate", "delay"):
-            t_start = time.monotonic()
-            with Bench(f"changes-{case}", link, policy, workdir=wd, log=log,
-                       extra_delay_ms=extra if case == "delay" else 0) as b:
-                b.begin(ping_s=D, linger_s=20)
-                b.at(0, b.bulk, "dl", "down", D)
-                b.at(0, b.bulk, "ul", "up", D)
-                if case == "rate":
-                    b.at(t1, b.set_uplink_rate, low)
-                    b.at(t2, b.set_uplink_rate, link.up.rate_bps)
-                else:
-                    b.at(t1, b.set_extra_delay, True)
-                    b.at(t2, b.set_extra_delay, False)
-                b.run_schedule()
-                res = b.finish()
-            s = {"phases": {}, "errors": res["errors"]}
-            for ph, lo, hi in phases:
-                up_rate = low if case == "rate" and ph == "p2" else link.up.rate_bps
-                dl = flow_mbps(res["flows"].get("dl", {}), lo, hi)
-                ul = flow_mbps(res["flows"].get("ul", {}), lo, hi)
-                cap_ul, cap_dl = up_rate * eff / 1e6, link.down.rate_bps * eff / 1e6
-                st = rtt_stats(res, lo, hi)
-                s["phases"][ph] = {"window": [lo, hi], "dl_mbps": dl, "ul_mbps": ul,
-                                   "cap_dl_mbps": cap_dl, "cap_ul_mbps": cap_ul,
-                                   "dl_fraction": dl / cap_dl if dl is not None else None,
-                                   "ul_fraction": ul / cap_ul if ul is not None else None,
-                                   "rtt_p50_ms": st["p50"], "rtt_p95_ms": st["p95"]}
-            out["tests"][policy][case] = res
-            out["summary"][policy][case] = s
-            log(f"  changes {case:>5} {policy:>14}: " + "; ".join(
-                f"{ph} dl {fmt(v['dl_mbps'])} ul {fmt(v['ul_mbps'])} RTT "
-                f"{fmt_ms(v['rtt_p50_ms'])}/{fmt_ms(v['rtt_p95_ms'])}"
-                for ph, v in s["phases"].items())
-                + f" ({time.monotonic() - t_start:.0f} s)")
+            _step_test(out, policy, case, wd, log)
     scores = {}
     for p, cases in out["summary"].items():
         v = [min(ph["dl_fraction"], ph["ul_fraction"]) for c in cases.values()
@@ -81,39 +49,89 @@ def run(a, log) -> dict:
     out["best_static"] = best = pick_best_static(scores)
     # (3) The daemon starts under a running upload: off, the best static, rsfc.
     for policy in ["off"] + ([best] if best else []) + ["rsfc"]:
-        t_start = time.monotonic()
-        with Bench("changes-late", link, policy, workdir=wd, log=log,
-                   daemon_at_start=False) as b:
-            b.begin(ping_s=D, linger_s=8)
-            b.at(0, b.bulk, "old", "up", D)
-            b.at(t1, b.start_daemon)
-            b.at(t1 + 5, b.bulk, "new", "up", D - t1 - 5)
-            b.run_schedule()
-            res = b.finish()
-        old, new = res["flows"].get("old", {}), res["flows"].get("new", {})
-        rew = [v for ls, v in res.get("daemon_metrics_labeled", {}).get(
-            "rsfcd_windows_rewritten_total", []) if ls.get("direction") == "to_subscriber"]
-        new_port = int(new["local"].rsplit(":", 1)[1]) if new.get("local") else None
-        old_port = int(old["local"].rsplit(":", 1)[1]) if old.get("local") else None
-        s = {"old_before_mbps": flow_mbps(old, W, t1),
-             "old_after_mbps": flow_mbps(old, t1 + 1, t1 + 5),
-             "old_with_new_mbps": flow_mbps(old, t1 + 10, D),
-             "new_mbps": flow_mbps(new, t1 + 10, D),
-             "rtt_before": rtt_stats(res, W, t1), "rtt_after": rtt_stats(res, t1 + 10, D),
-             "unregulated_flows": res.get("daemon_metrics", {}).get(
-                 "rsfcd_flows_unregulated_total"),
-             "windows_rewritten_to_phone": sum(rew) if rew else 0,
-             "decisions_old": sum(1 for d in res["decisions"] if d[1] == old_port),
-             "decisions_new": sum(1 for d in res["decisions"] if d[1] == new_port),
-             "errors": res["errors"]}
-        out["tests"].setdefault(policy, {})["late"] = res
-        out["summary"].setdefault(policy, {})["late"] = s
-        log(f"  changes  late {policy:>14}: old {fmt(s['old_before_mbps'])} -> "
-            f"{fmt(s['old_after_mbps'])} -> {fmt(s['old_with_new_mbps'])}, new "
-            f"{fmt(s['new_mbps'])} Mbit/s, unregulated {s['unregulated_flows']}, decisions "
-            f"old/new {s['decisions_old']}/{s['decisions_new']} "
-            f"({time.monotonic() - t_start:.0f} s)")
+        _late_test(out, policy, wd, log)
     return out
+
+
+def _step_test(out: dict, policy: str, case: str, wd: Path, log) -> None:
+    """(1) case "rate" or (2) "delay": the step at a third of the test, back at two thirds;
+    per third the goodput against the link's capacity and the phone's RTT."""
+    D, W = out["duration_s"], out["warmup_s"]
+    t1, t2 = out["steps_s"]
+    link = LINKS["3g"]
+    eff = payload_fraction(True, "tbf")
+    t_start = time.monotonic()
+    with Bench(f"changes-{case}", link, policy, workdir=wd, log=log,
+               extra_delay_ms=EXTRA_DELAY_MS if case == "delay" else 0) as b:
+        b.begin(ping_s=D, linger_s=20)
+        b.at(0, b.bulk, "dl", "down", D)
+        b.at(0, b.bulk, "ul", "up", D)
+        if case == "rate":
+            b.at(t1, b.set_uplink_rate, LOW_RATE_BPS)
+            b.at(t2, b.set_uplink_rate, link.up.rate_bps)
+        else:
+            b.at(t1, b.set_extra_delay, True)
+            b.at(t2, b.set_extra_delay, False)
+        b.run_schedule()
+        res = b.finish()
+    s = {"phases": {}, "errors": res["errors"]}
+    for ph, lo, hi in (("p1", W, t1), ("p2", t1 + 2, t2), ("p3", t2 + 2, D)):
+        up_rate = LOW_RATE_BPS if case == "rate" and ph == "p2" else link.up.rate_bps
+        dl = flow_mbps(res["flows"].get("dl", {}), lo, hi)
+        ul = flow_mbps(res["flows"].get("ul", {}), lo, hi)
+        cap_ul, cap_dl = up_rate * eff / 1e6, link.down.rate_bps * eff / 1e6
+        st = rtt_stats(res, lo, hi)
+        s["phases"][ph] = {"window": [lo, hi], "dl_mbps": dl, "ul_mbps": ul,
+                           "cap_dl_mbps": cap_dl, "cap_ul_mbps": cap_ul,
+                           "dl_fraction": dl / cap_dl if dl is not None else None,
+                           "ul_fraction": ul / cap_ul if ul is not None else None,
+                           "rtt_p50_ms": st["p50"], "rtt_p95_ms": st["p95"]}
+    out["tests"][policy][case] = res
+    out["summary"][policy][case] = s
+    log(f"  changes {case:>5} {policy:>14}: " + "; ".join(
+        f"{ph} dl {fmt(v['dl_mbps'])} ul {fmt(v['ul_mbps'])} RTT "
+        f"{fmt_ms(v['rtt_p50_ms'])}/{fmt_ms(v['rtt_p95_ms'])}"
+        for ph, v in s["phases"].items())
+        + f" ({time.monotonic() - t_start:.0f} s)")
+
+
+def _late_test(out: dict, policy: str, wd: Path, log) -> None:
+    """(3): an upload runs before rsfcd starts (at a third of the test); a new upload 5 s
+    after it. Goodput of both, the phone's RTT before and after, what rsfcd made of each."""
+    D, W = out["duration_s"], out["warmup_s"]
+    t1 = out["steps_s"][0]
+    t_start = time.monotonic()
+    with Bench("changes-late", LINKS["3g"], policy, workdir=wd, log=log,
+               daemon_at_start=False) as b:
+        b.begin(ping_s=D, linger_s=8)
+        b.at(0, b.bulk, "old", "up", D)
+        b.at(t1, b.start_daemon)
+        b.at(t1 + 5, b.bulk, "new", "up", D - t1 - 5)
+        b.run_schedule()
+        res = b.finish()
+    old, new = res["flows"].get("old", {}), res["flows"].get("new", {})
+    rew = [v for ls, v in res.get("daemon_metrics_labeled", {}).get(
+        "rsfcd_windows_rewritten_total", []) if ls.get("direction") == "to_subscriber"]
+    new_port = int(new["local"].rsplit(":", 1)[1]) if new.get("local") else None
+    old_port = int(old["local"].rsplit(":", 1)[1]) if old.get("local") else None
+    s = {"old_before_mbps": flow_mbps(old, W, t1),
+         "old_after_mbps": flow_mbps(old, t1 + 1, t1 + 5),
+         "old_with_new_mbps": flow_mbps(old, t1 + 10, D),
+         "new_mbps": flow_mbps(new, t1 + 10, D),
+         "rtt_before": rtt_stats(res, W, t1), "rtt_after": rtt_stats(res, t1 + 10, D),
+         "unregulated_flows": res.get("daemon_metrics", {}).get(
+             "rsfcd_flows_unregulated_total"),
+         "windows_rewritten_to_phone": sum(rew) if rew else 0,
+         "decisions_old": sum(1 for d in res["decisions"] if d[1] == old_port),
+         "decisions_new": sum(1 for d in res["decisions"] if d[1] == new_port),
+         "errors": res["errors"]}
+    out["tests"].setdefault(policy, {})["late"] = res
+    out["summary"].setdefault(policy, {})["late"] = s
+    log(f"  changes  late {policy:>14}: old {fmt(s['old_before_mbps'])} -> "
+        f"{fmt(s['old_after_mbps'])} -> {fmt(s['old_with_new_mbps'])}, new "
+        f"{fmt(s['new_mbps'])} Mbit/s, unregulated {s['unregulated_flows']}, decisions "
+        f"old/new {s['decisions_old']}/{s['decisions_new']} "
+        f"({time.monotonic() - t_start:.0f} s)")
 
 
 def report(out: dict) -> str:
