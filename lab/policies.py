@@ -9,8 +9,11 @@ knob is off unless the policy says otherwise). Used by lab/scenarios.py and lab/
     rsfc+drwa                 rsfc on the uplink knob, DRWA on the downlink knob
     rsfc+drwa[key=value;...]  with drwa.* overrides; keys "rsfc.KEY" override rsfc.*
 
-A value is a number, true/false or a string ("auto", a path). check_policy() has rsfcd
---check-config the resulting configuration, so a misspelt key stops a run before it starts.
+A dotted key nests: rsfc[tuning.probe_below=0.3] sets rsfc.tuning.probe_below (the control
+law's experimental block), rsfc+drwa[rsfc.tuning.probe_below=0.3;lambda=2] the same and
+drwa.lambda. A value is a number, true/false or a string ("auto", a path). check_policy()
+has rsfcd --check-config the resulting configuration, so a misspelt key stops a run before
+it starts. Tests that log rsfcd's decisions set the top-level `decision_log` key.
 """
 
 from __future__ import annotations
@@ -25,20 +28,36 @@ POLICY_FORMS = ("none, off, observe, static:BYTES, rsfc, rsfc[key=value;...], rs
                 "rsfc+drwa[key=value;...]")
 
 
+def parse_value(text: str):
+    """An override's value: true/false, an int, a float, else the string ("auto", a path)."""
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        num = float(text)
+    except ValueError:
+        return text
+    return int(num) if num.is_integer() and "." not in text else num
+
+
 def parse_overrides(text: str) -> dict:
-    """"key=value;key=value" -> {key: number, true/false or string} (a policy's [...] part)."""
-    params = {}
-    for kv in filter(None, text.split(";")):
-        k, _, v = kv.partition("=")
-        k, v = k.strip(), v.strip()
-        if v in ("true", "false"):
-            params[k] = v == "true"
-            continue
-        try:
-            num = float(v)
-            params[k] = int(num) if num.is_integer() and "." not in v else num
-        except ValueError:
-            params[k] = v  # "auto", a path
+    """"key=value;key=value" (a policy's [...] part) -> {key: value}; a dotted key nests:
+    "tuning.probe_below=0.3;fast_target=1.5" -> {"tuning": {"probe_below": 0.3},
+    "fast_target": 1.5}. ValueError for an item without "=", an empty key part, or a key
+    set twice (also as a value and as a block)."""
+    params: dict = {}
+    for item in filter(None, (x.strip() for x in text.split(";"))):
+        key, eq, value = item.partition("=")
+        parts = [k.strip() for k in key.split(".")]
+        if not eq or not all(parts):
+            raise ValueError(f"override {item!r}: expected key=value (key parts joined by '.')")
+        node = params
+        for depth, part in enumerate(parts[:-1]):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: {'.'.join(parts[:depth + 1])} is a value")
+        if parts[-1] in node:
+            raise ValueError(f"override {item!r}: {key.strip()} is set twice")
+        node[parts[-1]] = parse_value(value.strip())
     return params
 
 
@@ -57,15 +76,17 @@ def policy_config(policy: str) -> dict | None:
         return {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"}}
     if policy.startswith("rsfc+drwa[") and policy.endswith("]"):
         # both knobs with DRWA parameter overrides, e.g. "rsfc+drwa[lambda=2]"; keys
-        # "rsfc.KEY" override rsfc's
-        kv = parse_overrides(policy[10:-1])
-        return {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"},
-                "drwa": {k: v for k, v in kv.items() if not k.startswith("rsfc.")},
-                "rsfc": {k[5:]: v for k, v in kv.items() if k.startswith("rsfc.")}}
+        # "rsfc.KEY" override rsfc's, e.g. "rsfc+drwa[rsfc.tuning.probe_below=0.3]"
+        drwa = parse_overrides(policy[10:-1])
+        rsfc = drwa.pop("rsfc", {})
+        if not isinstance(rsfc, dict):
+            raise ValueError(f"policy {policy!r}: rsfc overrides are rsfc.KEY=value")
+        cfg = {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"}}
+        return cfg | ({"drwa": drwa} if drwa else {}) | ({"rsfc": rsfc} if rsfc else {})
     if policy.startswith("rsfc[") and policy.endswith("]"):
-        # rsfc with parameter overrides, e.g. "rsfc[fast_target=1.5;drain_fraction=0.9]"
-        return {"uplink": {"policy": "rsfc"}, "downlink": down,
-                "rsfc": parse_overrides(policy[5:-1])}
+        # rsfc with parameter overrides, e.g. "rsfc[fast_target=1.5;tuning.probe_below=0.3]"
+        rsfc = parse_overrides(policy[5:-1])
+        return {"uplink": {"policy": "rsfc"}, "downlink": down} | ({"rsfc": rsfc} if rsfc else {})
     raise ValueError(f"unknown policy {policy!r} ({POLICY_FORMS})")
 
 
@@ -92,5 +113,5 @@ def wants_decision_log(policy: str) -> bool:
 
 
 def with_decision_log(cfg: dict, path: Path) -> dict:
-    """`cfg` with rsfcd's decision log written to `path`."""
-    return topo_mod.deep_merge(cfg, {"rsfc": {"decision_log": str(path)}})
+    """`cfg` with rsfcd's decision log written to `path` (the top-level `decision_log`)."""
+    return topo_mod.deep_merge(cfg, {"decision_log": str(path)})

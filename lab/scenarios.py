@@ -17,7 +17,9 @@ over the intervals after the warm-up; RTT percentiles over the same window.
     /usr/bin/python3 lab/scenarios.py --scenario 3g --validate     # the emulated link alone
     /usr/bin/python3 lab/scenarios.py --show lab/out/3g-....json    # table of an earlier run
 
-Policies: none (no rsfcd, no NFQUEUE on the gateway), off, observe, static:BYTES, rsfc.
+Policies (lab/policies.py): none (no rsfcd, no NFQUEUE on the gateway), off, observe,
+static:BYTES, rsfc, rsfc[key=value;...] (dotted keys nest: rsfc[tuning.probe_below=0.3]),
+rsfc+drwa, rsfc+drwa[key=value;rsfc.key=value;...].
 Needs root, iperf3, build/rsfcd and build/lab/rsfc-linkem (RSFC_BUILD_DIR=... otherwise).
 """
 
@@ -37,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import topo as topo_mod  # noqa: E402
 from measure import fmt, payload_fraction, percentile  # noqa: E402
-from policies import check_policy, policy_config  # noqa: E402
+from policies import POLICY_FORMS, check_policy, policy_config  # noqa: E402
 from shaping import LINKS, LinkSpec, Shaping  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -510,7 +512,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", default="3g", choices=sorted(SCENARIOS))
     ap.add_argument("--policies", default=DEFAULT_POLICIES,
-                    help=f"comma-separated (default {DEFAULT_POLICIES})")
+                    help=f"comma-separated (default {DEFAULT_POLICIES}; forms: {POLICY_FORMS})")
     ap.add_argument("--duration", type=float, default=40, help="seconds per test")
     ap.add_argument("--warmup", type=float, default=10, help="seconds skipped per test")
     ap.add_argument("--engine", default="tbf", choices=("tbf", "linkem"),
