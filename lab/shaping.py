@@ -18,11 +18,15 @@ bytes), or a capacity trace instead of the rate. Two bottleneck engines:
 The kernel here has no netem, so the delay is always rsfc-linkem (NFQUEUE, copy-meta, no
 fail-open, queue numbers of the bs namespace's own).
 
-    with Topology("lb1") as t, Shaping(t, LinkSpec.symmetric_rtt(...)) as s:
+    with Topology("lb1") as t, Shaping(t, LINKS["3g"]) as s:   # or LinkSpec.symmetric_rtt(...)
         ...
         print(s.linkem_stats())
 
-CLI (on a topology left up by `lab/topo.py up --name X`; LINKS names the links):
+The named links (LINKS: 3g, lte) are the ones lab/scenarios.py's scenarios run on. Capacity
+traces (Mahimahi format) are lab/traces/NAME.{up,down} (traces_dir, trace_path); TraceFile
+counts the delivery opportunities a trace offers in a window, as rsfc-linkem plays it.
+
+CLI (on a topology left up by `lab/topo.py up --name X`):
     lab/shaping.py apply --name X --scenario 3g      # stays in the foreground until Ctrl-C
 """
 
