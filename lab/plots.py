@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import experiments as ex  # noqa: E402
+from measure import flow_series  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "plots"
 DPI = 72
@@ -74,7 +74,7 @@ def _common_log_ylim(axs) -> None:
 
 
 def timeseries(columns: list[tuple[str, dict]], title: str, path: Path, step: float = 0.5) -> Path:
-    """columns: [(column title, test result of experiments.Bench.finish())]."""
+    """columns: [(column title, test result of lab/exps/bench.py's Bench.finish())]."""
     ncol = len(columns)
     fig, axes = plt.subplots(5, ncol, figsize=(4.2 * ncol, 10.5), sharex="col",
                              gridspec_kw={"height_ratios": [3, 2.4, 2.4, 2, 1.3]}, squeeze=False)
@@ -88,7 +88,7 @@ def timeseries(columns: list[tuple[str, dict]], title: str, path: Path, step: fl
         ports = {}
         for i, (tag, f) in enumerate(flows.items()):
             col = COLORS[i % len(COLORS)]
-            ser = ex.flow_series(f, step)
+            ser = flow_series(f, step)
             if ser:
                 ax_tp.plot([t for t, _ in ser], [v for _, v in ser], color=col, lw=1,
                            label=f"{tag} ({f.get('dir')}{', ' + f['phone'] if f.get('phone') not in (None, 'phone') else ''})")

@@ -17,7 +17,9 @@ over the intervals after the warm-up; RTT percentiles over the same window.
     /usr/bin/python3 lab/scenarios.py --scenario 3g --validate     # the emulated link alone
     /usr/bin/python3 lab/scenarios.py --show lab/out/3g-....json    # table of an earlier run
 
-Policies: none (no rsfcd, no NFQUEUE on the gateway), off, observe, static:BYTES, rsfc.
+Policies (lab/policies.py): none (no rsfcd, no NFQUEUE on the gateway), off, observe,
+static:BYTES, rsfc, rsfc[key=value;...] (dotted keys nest: rsfc[tuning.probe_below=0.3]),
+rsfc+drwa, rsfc+drwa[key=value;rsfc.key=value;...].
 Needs root, iperf3, build/rsfcd and build/lab/rsfc-linkem (RSFC_BUILD_DIR=... otherwise).
 """
 
@@ -25,12 +27,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import os
-import statistics
+import re
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,11 +38,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import topo as topo_mod  # noqa: E402
-from shaping import Direction, LinkSpec, Shaping  # noqa: E402
+from measure import fmt, payload_fraction, percentile  # noqa: E402
+from policies import POLICY_FORMS, check_policy, policy_config  # noqa: E402
+from shaping import LINKS, LinkSpec, Shaping  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "lab" / "out"
-KIB, MIB = 1024, 1024 * 1024
 DL_PORT, UL_PORT = 5201, 5202
 
 
@@ -58,84 +59,17 @@ class Scenario:
     max_added_p95_ms: float = 100.0    # p95 under load <= download-alone p95 + this
 
 
-def _link(up_bps, up_buf, down_bps, down_buf, rtt_ms) -> LinkSpec:
-    return LinkSpec(up=Direction(up_bps, up_buf, rtt_ms / 2),
-                    down=Direction(down_bps, down_buf, rtt_ms / 2))
-
-
 SCENARIOS = {
     "3g": Scenario("3g", "3G: up 2 Mbit/s 1 MiB buffer, down 7.2 Mbit/s 256 KiB, 40 ms base RTT",
-                   _link(2_000_000, 1 * MIB, 7_200_000, 256 * KIB, 40)),
+                   LINKS["3g"]),
     "lte": Scenario("lte", "LTE: up 10 Mbit/s 2 MiB buffer, down 30 Mbit/s 1 MiB, 60 ms base RTT",
-                    _link(10_000_000, 2 * MIB, 30_000_000, 1 * MIB, 60)),
-    "3g-nots": Scenario("3g-nots", "3G as above, phone without TCP timestamps",
-                        _link(2_000_000, 1 * MIB, 7_200_000, 256 * KIB, 40),
+                    LINKS["lte"]),
+    "3g-nots": Scenario("3g-nots", "3G as above, phone without TCP timestamps", LINKS["3g"],
                         phone_timestamps=False, min_dl_fraction=0.80, min_ul_fraction=0.80,
                         max_added_p95_ms=200.0),
 }
 
 DEFAULT_POLICIES = "off,static:8192,static:32768,rsfc"
-
-
-def _overrides(text: str) -> dict:
-    """"key=value;key=value" -> {key: number, true/false or string} (a policy's [...] part)."""
-    params = {}
-    for kv in filter(None, text.split(";")):
-        k, _, v = kv.partition("=")
-        k, v = k.strip(), v.strip()
-        if v in ("true", "false"):
-            params[k] = v == "true"
-            continue
-        try:
-            num = float(v)
-            params[k] = int(num) if num.is_integer() and "." not in v else num
-        except ValueError:
-            params[k] = v  # "auto", a path
-    return params
-
-
-def policy_config(policy: str) -> dict | None:
-    """rsfcd config (merged over topo.DEFAULT_CONFIG) for an uplink policy; None = no daemon."""
-    if policy == "none":
-        return None
-    down = {"policy": "off"}
-    if policy.startswith("static:"):
-        return {"uplink": {"policy": "static", "static_window_bytes": int(policy[7:])},
-                "downlink": down}
-    if policy in ("off", "observe", "rsfc"):
-        return {"uplink": {"policy": policy}, "downlink": down}
-    if policy == "rsfc+drwa":  # both knobs: RSFC on the uplink, DRWA on the downlink
-        return {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"}}
-    if policy.startswith("rsfc+drwa[") and policy.endswith("]"):
-        # both knobs with DRWA parameter overrides, e.g. "rsfc+drwa[lambda=2]"; keys
-        # "rsfc.KEY" override rsfc's
-        kv = _overrides(policy[10:-1])
-        return {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"},
-                "drwa": {k: v for k, v in kv.items() if not k.startswith("rsfc.")},
-                "rsfc": {k[5:]: v for k, v in kv.items() if k.startswith("rsfc.")}}
-    if policy.startswith("rsfc[") and policy.endswith("]"):
-        # rsfc with parameter overrides, e.g. "rsfc[fast_target=1.5;drain_fraction=0.9]"
-        return {"uplink": {"policy": "rsfc"}, "downlink": down, "rsfc": _overrides(policy[5:-1])}
-    raise ValueError(f"unknown policy {policy!r} "
-                     "(none, off, observe, static:BYTES, rsfc, rsfc[key=value;...], rsfc+drwa, "
-                     "rsfc+drwa[key=value;...])")
-
-
-def check_policy(policy: str) -> None:
-    """Rejects a bad policy before anything runs: ValueError for a string policy_config does
-    not know, and, when the rsfcd binary is built, for a configuration rsfcd --check-config
-    refuses (a misspelt override key would otherwise end a long run with a failed start)."""
-    cfg = policy_config(policy)
-    binary = topo_mod.rsfcd_binary()
-    if cfg is None or not binary.exists():
-        return
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-        f.write(topo_mod.to_yaml(topo_mod.deep_merge(topo_mod.DEFAULT_CONFIG, cfg)))
-        f.flush()
-        r = subprocess.run([str(binary), "--check-config", f.name], capture_output=True,
-                           text=True, timeout=10)
-    if r.returncode != 0:
-        raise ValueError(f"policy {policy!r}: {(r.stdout + r.stderr).strip()}")
 
 
 # ---- one test -------------------------------------------------------------------------
@@ -207,15 +141,6 @@ class _BusyMeter:
         def frac(n: int, rate_bps: int) -> float | None:
             return n * 8 / (rate_bps * dt) if rate_bps else None
         return frac(u1 - u0, self.link.up.rate_bps), frac(d1 - d0, self.link.down.rate_bps)
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    v = sorted(values)
-    # Nearest-rank: the smallest value with at least q of the samples at or below it.
-    k = max(0, min(len(v) - 1, int(-(-q * len(v) // 1)) - 1))
-    return v[k]
 
 
 def _receiver_intervals(report: dict, upload: bool) -> list[tuple[float, float, float]]:
@@ -348,8 +273,8 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
         res.ping_samples = ping.get("samples", [])
         win = [s for s in ping.get("samples", []) if warmup <= s[0] <= duration]
         rtts = [r for _, r in win]
-        res.rtt_p50_ms = _percentile(rtts, 0.50)
-        res.rtt_p95_ms = _percentile(rtts, 0.95)
+        res.rtt_p50_ms = percentile(rtts, 0.50)
+        res.rtt_p95_ms = percentile(rtts, 0.95)
         res.ping_sent = ping.get("sent", 0)
         res.ping_lost = ping.get("lost", 0)
     except json.JSONDecodeError:
@@ -360,15 +285,6 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
 
 
 # ---- the table ------------------------------------------------------------------------
-def _fmt(v, unit="", digits=2):
-    if v is None:
-        return "-"
-    text = f"{v:.{digits}f}"
-    if text.startswith("-") and float(text) == 0:  # no "-0"
-        text = text[1:]
-    return text + unit
-
-
 def summarize(scenario: Scenario, results: dict[str, dict[str, TestResult]]) -> dict:
     """Per policy: the numbers of the table and the target checks."""
     summary = {}
@@ -451,24 +367,24 @@ def summarize(scenario: Scenario, results: dict[str, dict[str, TestResult]]) -> 
 def format_table(scenario: Scenario, summary: dict, duration: float, warmup: float) -> str:
     policies = list(summary)
     rows = [
-        ("download alone [Mbit/s]", lambda s: _fmt(s["dl_alone_mbps"])),
-        ("upload alone [Mbit/s]", lambda s: _fmt(s["ul_alone_mbps"])),
-        ("download w/ upload [Mbit/s]", lambda s: _fmt(s["dl_with_ul_mbps"])),
+        ("download alone [Mbit/s]", lambda s: fmt(s["dl_alone_mbps"])),
+        ("upload alone [Mbit/s]", lambda s: fmt(s["ul_alone_mbps"])),
+        ("download w/ upload [Mbit/s]", lambda s: fmt(s["dl_with_ul_mbps"])),
         ("  = % of download alone", lambda s: _pct(s["dl_fraction"], s["targets"]["dl"])),
-        ("upload w/ download [Mbit/s]", lambda s: _fmt(s["ul_with_dl_mbps"])),
+        ("upload w/ download [Mbit/s]", lambda s: fmt(s["ul_with_dl_mbps"])),
         ("  = % of unregulated upload", lambda s: _pct(s["ul_fraction"], s["targets"]["ul"])),
         ("RTT dl alone p50/p95 [ms]",
-         lambda s: f"{_fmt(s['rtt_dl_alone_p50_ms'], digits=0)}/"
-                   f"{_fmt(s['rtt_dl_alone_p95_ms'], digits=0)}"),
+         lambda s: f"{fmt(s['rtt_dl_alone_p50_ms'], digits=0)}/"
+                   f"{fmt(s['rtt_dl_alone_p95_ms'], digits=0)}"),
         ("RTT ul alone p50/p95 [ms]",
-         lambda s: f"{_fmt(s['rtt_ul_alone_p50_ms'], digits=0)}/"
-                   f"{_fmt(s['rtt_ul_alone_p95_ms'], digits=0)}"),
+         lambda s: f"{fmt(s['rtt_ul_alone_p50_ms'], digits=0)}/"
+                   f"{fmt(s['rtt_ul_alone_p95_ms'], digits=0)}"),
         ("RTT under load p50/p95 [ms]",
-         lambda s: f"{_fmt(s['rtt_load_p50_ms'], digits=0)}/"
-                   f"{_fmt(s['rtt_load_p95_ms'], digits=0)}"),
+         lambda s: f"{fmt(s['rtt_load_p50_ms'], digits=0)}/"
+                   f"{fmt(s['rtt_load_p95_ms'], digits=0)}"),
         ("  p95 added by the upload [ms]",
-         lambda s: _fmt(s["added_p95_ms"], digits=0) + (" ok" if s["targets"]["rtt"] else "")),
-        ("ping loss under load [%]", lambda s: _fmt(s["ping_load_loss_pct"], digits=1)),
+         lambda s: fmt(s["added_p95_ms"], digits=0) + (" ok" if s["targets"]["rtt"] else "")),
+        ("ping loss under load [%]", lambda s: fmt(s["ping_load_loss_pct"], digits=1)),
         ("uplink busy w/ download [%]", _busy_cell),  # (upload + the rest)
     ]
     width0 = max(len(r[0]) for r in rows) + 2
@@ -497,13 +413,6 @@ def format_table(scenario: Scenario, summary: dict, duration: float, warmup: flo
     for p, e in errs:
         lines.append(f"error [{p}]: {e}")
     return "\n".join(lines)
-
-
-def payload_fraction(timestamps: bool, engine: str) -> float:
-    """Goodput per byte of link capacity for full-size packets: TBF counts 1514-byte frames,
-    linkem (rate or trace) 1500-byte IP packets."""
-    hdr = 52 if timestamps else 40
-    return (1500 - hdr) / (1514 if engine == "tbf" else 1500)
 
 
 def _busy_cell(s) -> str:
@@ -561,17 +470,17 @@ def format_validation(scenario: Scenario, v: dict) -> str:
     return "\n".join([
         f"validation of the emulated link, scenario {scenario.name} (engine {v['engine']}, "
         f"no rsfcd)",
-        f"  idle RTT p50/p95         {_fmt(v['idle_rtt_p50_ms'], digits=1)}/"
-        f"{_fmt(v['idle_rtt_p95_ms'], digits=1)} ms   (base {v['base_rtt_ms']:g} ms)",
-        f"  download goodput         {_fmt(v['dl_goodput_mbps'])} Mbit/s   (rate "
+        f"  idle RTT p50/p95         {fmt(v['idle_rtt_p50_ms'], digits=1)}/"
+        f"{fmt(v['idle_rtt_p95_ms'], digits=1)} ms   (base {v['base_rtt_ms']:g} ms)",
+        f"  download goodput         {fmt(v['dl_goodput_mbps'])} Mbit/s   (rate "
         f"{v['dl_rate_mbps']:g}, goodput at full rate {v['dl_goodput_expected_mbps']:.2f})",
-        f"  upload goodput           {_fmt(v['ul_goodput_mbps'])} Mbit/s   (rate "
+        f"  upload goodput           {fmt(v['ul_goodput_mbps'])} Mbit/s   (rate "
         f"{v['ul_rate_mbps']:g}, goodput at full rate {v['ul_goodput_expected_mbps']:.2f})",
-        f"  RTT, upload alone        max {_fmt(v['ul_max_rtt_ms'], digits=0)} p95 "
-        f"{_fmt(v['ul_rtt_p95_ms'], digits=0)} ms   (base + full uplink buffer "
+        f"  RTT, upload alone        max {fmt(v['ul_max_rtt_ms'], digits=0)} p95 "
+        f"{fmt(v['ul_rtt_p95_ms'], digits=0)} ms   (base + full uplink buffer "
         f"{v['ul_full_buffer_rtt_expected_ms']:.0f})",
-        f"  RTT, download alone      max {_fmt(v['dl_max_rtt_ms'], digits=0)} p95 "
-        f"{_fmt(v['dl_rtt_p95_ms'], digits=0)} ms   (base + full downlink buffer "
+        f"  RTT, download alone      max {fmt(v['dl_max_rtt_ms'], digits=0)} p95 "
+        f"{fmt(v['dl_rtt_p95_ms'], digits=0)} ms   (base + full downlink buffer "
         f"{v['dl_full_buffer_rtt_expected_ms']:.0f})",
     ] + [f"  error: {e}" for e in v["errors"]])
 
@@ -593,9 +502,9 @@ def run_scenario(scenario: Scenario, policies: list[str], duration: float, warmu
             t0 = time.monotonic()
             r = run_test(scenario, policy, kind, duration, warmup, engine=engine, log=log)
             results[label][kind] = r
-            log(f"  {scenario.name} {label:>14} {kind:>4}: dl {_fmt(r.dl_mbps)} ul "
-                f"{_fmt(r.ul_mbps)} Mbit/s, RTT p50/p95 {_fmt(r.rtt_p50_ms, digits=0)}/"
-                f"{_fmt(r.rtt_p95_ms, digits=0)} ms ({time.monotonic() - t0:.0f} s)")
+            log(f"  {scenario.name} {label:>14} {kind:>4}: dl {fmt(r.dl_mbps)} ul "
+                f"{fmt(r.ul_mbps)} Mbit/s, RTT p50/p95 {fmt(r.rtt_p50_ms, digits=0)}/"
+                f"{fmt(r.rtt_p95_ms, digits=0)} ms ({time.monotonic() - t0:.0f} s)")
     return results
 
 
@@ -603,7 +512,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", default="3g", choices=sorted(SCENARIOS))
     ap.add_argument("--policies", default=DEFAULT_POLICIES,
-                    help=f"comma-separated (default {DEFAULT_POLICIES})")
+                    help=f"comma-separated (default {DEFAULT_POLICIES}; forms: {POLICY_FORMS})")
     ap.add_argument("--duration", type=float, default=40, help="seconds per test")
     ap.add_argument("--warmup", type=float, default=10, help="seconds skipped per test")
     ap.add_argument("--engine", default="tbf", choices=("tbf", "linkem"),

@@ -18,9 +18,13 @@ bytes), or a capacity trace instead of the rate. Two bottleneck engines:
 The kernel here has no netem, so the delay is always rsfc-linkem (NFQUEUE, copy-meta, no
 fail-open, queue numbers of the bs namespace's own).
 
-    with Topology("lb1") as t, Shaping(t, LinkSpec.symmetric_rtt(...)) as s:
+    with Topology("lb1") as t, Shaping(t, LINKS["3g"]) as s:   # or LinkSpec.symmetric_rtt(...)
         ...
         print(s.linkem_stats())
+
+The named links (LINKS: 3g, lte) are the ones lab/scenarios.py's scenarios run on. Capacity
+traces (Mahimahi format) are lab/traces/NAME.{up,down} (traces_dir, trace_path); TraceFile
+counts the delivery opportunities a trace offers in a window, as rsfc-linkem plays it.
 
 CLI (on a topology left up by `lab/topo.py up --name X`):
     lab/shaping.py apply --name X --scenario 3g      # stays in the foreground until Ctrl-C
@@ -29,6 +33,7 @@ CLI (on a topology left up by `lab/topo.py up --name X`):
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import queue
@@ -81,12 +86,87 @@ class LinkSpec:
     def to_dict(self) -> dict:
         return {"up": asdict(self.up), "down": asdict(self.down), "base_rtt_ms": self.base_rtt_ms}
 
+    @classmethod
+    def symmetric_rtt(cls, up_bps: int, up_buf: int, down_bps: int, down_buf: int,
+                      rtt_ms: float) -> "LinkSpec":
+        """Constant rates and drop-tail buffers; the base RTT split evenly (half each way)."""
+        return cls(up=Direction(up_bps, up_buf, rtt_ms / 2),
+                   down=Direction(down_bps, down_buf, rtt_ms / 2))
+
+
+KIB, MIB = 1024, 1024 * 1024
+
+# The named cellular links (lab/scenarios.py's scenarios run on them).
+LINKS = {
+    "3g": LinkSpec.symmetric_rtt(2_000_000, 1 * MIB, 7_200_000, 256 * KIB, 40),
+    "lte": LinkSpec.symmetric_rtt(10_000_000, 2 * MIB, 30_000_000, 1 * MIB, 60),
+}
+
 
 def linkem_binary() -> Path:
     build = os.environ.get("RSFC_BUILD_DIR")
     return (Path(build) if build else REPO / "build") / "lab" / "rsfc-linkem"
 
 
+# ---- capacity traces -------------------------------------------------------------------
+def traces_dir() -> Path:
+    """lab/traces in the repository (RSFC_TRACES_DIR overrides). Raises if missing."""
+    env = os.environ.get("RSFC_TRACES_DIR")
+    d = Path(env) if env else REPO / "lab" / "traces"
+    if not d.is_dir():
+        raise FileNotFoundError(f"capacity traces not found at {d} (RSFC_TRACES_DIR overrides)")
+    return d
+
+
+def trace_path(name: str, direction: str) -> Path:
+    p = traces_dir() / f"{name}.{direction}"
+    if not p.is_file():
+        raise FileNotFoundError(f"trace {p} missing")
+    return p
+
+
+class TraceFile:
+    """A Mahimahi trace (ms offset per 1500-byte delivery opportunity; repeats with the
+    period of its last offset), as rsfc-linkem plays it from its start time."""
+
+    def __init__(self, offsets_ms: list[int], name: str = ""):
+        if not offsets_ms or offsets_ms[-1] <= 0:
+            raise ValueError(f"empty trace {name}")
+        self.offsets = offsets_ms
+        self.period_ms = offsets_ms[-1]
+        self.name = name
+
+    @classmethod
+    def load(cls, path: Path) -> "TraceFile":
+        return cls([int(x) for x in Path(path).read_text().split()], Path(path).name)
+
+    def count_before(self, t_ms: float) -> int:
+        """Opportunities at times < t_ms (t_ms >= 0) since the trace started."""
+        q, r = divmod(t_ms, self.period_ms)
+        return int(q) * len(self.offsets) + bisect.bisect_left(self.offsets, r)
+
+    def opportunities(self, a_ms: float, b_ms: float) -> int:
+        return self.count_before(max(0.0, b_ms)) - self.count_before(max(0.0, a_ms))
+
+    def mbps(self, a_ms: float, b_ms: float, bytes_per_opp: int = 1500) -> float:
+        return self.opportunities(a_ms, b_ms) * bytes_per_opp * 8 / ((b_ms - a_ms) * 1e3)
+
+    def mean_mbps(self) -> float:
+        return self.mbps(0, self.period_ms)
+
+    def rotated(self, offset_ms: int) -> "TraceFile":
+        """The same trace started `offset_ms` into it."""
+        x = offset_ms % self.period_ms
+        first = [v - x for v in self.offsets if v > x]
+        rest = [v + self.period_ms - x for v in self.offsets if v <= x]
+        return TraceFile(first + rest, f"{self.name}@{x}ms")
+
+    def write(self, path: Path) -> Path:
+        path.write_text("".join(f"{v}\n" for v in self.offsets))
+        return path
+
+
+# ---- the emulated link ----------------------------------------------------------------
 class Shaping:
     """Applies a LinkSpec in the bs namespace; removes it on exit (the namespace itself
     belongs to the Topology)."""
@@ -199,7 +279,7 @@ class Shaping:
 
     def stop(self) -> None:
         try:
-            if self.topo._up:
+            if self.topo.is_up:
                 self.topo.node_script("bs", "bs-delay.sh", "--flush")
                 for towards in ("gw", "phone"):
                     self._script("bs-bottleneck.sh", self.topo.iface("bs", towards), "--clear")
@@ -219,23 +299,22 @@ class Shaping:
 
 
 def main(argv=None) -> int:
-    import scenarios  # the scenario table lives there
     ap = argparse.ArgumentParser(description="apply an emulated cellular link to a lab "
                                  "topology left up by `lab/topo.py up`")
     sub = ap.add_subparsers(dest="cmd", required=True)
     ap_apply = sub.add_parser("apply", help="apply until Ctrl-C, then remove")
     ap_apply.add_argument("--name", required=True)
-    ap_apply.add_argument("--scenario", default="3g", choices=sorted(scenarios.SCENARIOS))
+    ap_apply.add_argument("--scenario", "--link", dest="link", default="3g",
+                          choices=sorted(LINKS), help="named link (default 3g)")
     ap_apply.add_argument("--engine", default="tbf", choices=("tbf", "linkem"))
     a = ap.parse_args(argv)
-    t = topo_mod.Topology(a.name)
-    t._up = True  # attach to an existing topology (its namespaces are not ours to delete)
-    link = scenarios.SCENARIOS[a.scenario].link
+    t = topo_mod.Topology(a.name).attach()  # its namespaces are not ours to delete
+    link = LINKS[a.link]
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     s = Shaping(t, link, engine=a.engine)
     try:
         s.start()
-        print(f"{a.scenario} applied in {t.ns('bs')}: {json.dumps(link.to_dict())}; "
+        print(f"{a.link} applied in {t.ns('bs')}: {json.dumps(link.to_dict())}; "
               f"Ctrl-C removes it", flush=True)
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:

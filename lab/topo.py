@@ -88,7 +88,7 @@ class InNetns:
         self._old = -1
 
     def __enter__(self):
-        self._old = os.open(f"/proc/thread-self/ns/net", os.O_RDONLY)
+        self._old = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         fd = os.open(f"/run/netns/{self.ns}", os.O_RDONLY)
         try:
             _setns(fd)
@@ -206,7 +206,7 @@ class Topology:
                                    f"(`lab/topo.py down --name {self.name}` removes it)")
         self._up = True
         for role in ROLES:
-            _sh(["ip", "netns", "add", self.ns(role)])
+            self.add_netns(role)
         env_for = {
             "phone": {"RSFC_CC": self.cc_phone or "",
                       "RSFC_TIMESTAMPS": "1" if self.phone_timestamps else "0"},
@@ -217,8 +217,7 @@ class Topology:
             self.node_script(role, "common.sh", env=env_for[role])
         # veth pairs created directly inside their namespaces.
         for a, b in (("phone", "bs"), ("bs", "gw"), ("gw", "srv")):
-            _sh(["ip", "link", "add", self.iface(a, b), "netns", self.ns(a), "type", "veth",
-                 "peer", "name", self.iface(b, a), "netns", self.ns(b)])
+            self.add_veth(a, self.iface(a, b), b, self.iface(b, a))
         self.node_script("phone", "link.sh", "eth0", f"{PHONE4}/24", f"{PHONE6}/64")
         self.node_script("bs", "link.sh", "phone0", f"{BS_PHONE4}/24", f"{BS_PHONE6}/64")
         self.node_script("bs", "link.sh", "gw0", f"{BS_CORE4}/24", f"{BS_CORE6}/64")
@@ -251,6 +250,28 @@ class Topology:
         if self._up or any(Path(f"/run/netns/{self.ns(r)}").exists() for r in ROLES):
             teardown(self.name)
         self._up = False
+
+    @property
+    def is_up(self) -> bool:
+        """True between up() (or attach()) and down()."""
+        return self._up
+
+    def attach(self) -> "Topology":
+        """Uses the namespaces an earlier `lab/topo.py up --name X` left running, without
+        calling up(); the caller does not own them (down() would delete them)."""
+        self._up = True
+        return self
+
+    # ---- building blocks (also for topologies with more nodes) ----------------------
+    def add_netns(self, role: str) -> None:
+        """Creates the network namespace of `role` (self.ns(role))."""
+        _sh(["ip", "netns", "add", self.ns(role)])
+
+    def add_veth(self, a: str, a_dev: str, b: str, b_dev: str) -> None:
+        """A veth pair created directly inside its two namespaces: `a_dev` in role a's,
+        `b_dev` in role b's."""
+        _sh(["ip", "link", "add", a_dev, "netns", self.ns(a), "type", "veth",
+             "peer", "name", b_dev, "netns", self.ns(b)])
 
     # ---- running things ----------------------------------------------------------
     def node_script(self, role: str, script: str, *args: str, env: dict | None = None):
@@ -327,23 +348,27 @@ def _kill_group(p: subprocess.Popen, sig=signal.SIGKILL) -> None:
             pass
 
 
+def delete_netns(ns: str) -> None:
+    """Removes network namespace `ns` (if it exists), killing every process still inside."""
+    if not Path(f"/run/netns/{ns}").exists():
+        return
+    for _ in range(3):
+        pids = _sh(["ip", "netns", "pids", ns], check=False).stdout.split()
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        time.sleep(0.05)
+    _sh(["ip", "netns", "del", ns], check=False)
+
+
 def teardown(name: str) -> None:
     """Removes the namespaces of topology `name`, killing every process still inside them."""
     for role in ROLES:
-        ns = f"{name}-{role}"
-        if not Path(f"/run/netns/{ns}").exists():
-            continue
-        for _ in range(3):
-            pids = _sh(["ip", "netns", "pids", ns], check=False).stdout.split()
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            time.sleep(0.05)
-        _sh(["ip", "netns", "del", ns], check=False)
+        delete_netns(f"{name}-{role}")
 
 
 # ---- YAML (stdlib-only emitter: block maps, flow lists, JSON-quoted strings) ----------

@@ -1,13 +1,17 @@
-"""The lab's policy strings (lab/scenarios.py policy_config, used by scenarios.py and
-experiments.py): each becomes the rsfcd configuration it names, and rsfcd --check-config
-accepts it; an override with a misspelt key reaches the daemon and is refused there, so a
-lab run never silently measures the defaults instead."""
+"""The lab's policy strings (lab/policies.py policy_config, used by scenarios.py and
+experiments.py): each becomes the rsfcd configuration it names (dotted override keys nest:
+rsfc[tuning.probe_below=0.3] is rsfc.tuning.probe_below), and rsfcd --check-config accepts
+it; an override with a misspelt key reaches the daemon and is refused there, so a lab run
+never silently measures the defaults instead. The decision log's path goes to the
+top-level `decision_log` key."""
 
 import subprocess
 
 import pytest
 
-from scenarios import policy_config
+from exps.bench import Bench
+from policies import parse_overrides, policy_config
+from shaping import LINKS
 from topo import DEFAULT_CONFIG, deep_merge, to_yaml
 
 
@@ -24,33 +28,80 @@ CASES = [
     ("static:65536", {"uplink": {"policy": "static", "static_window_bytes": 65536},
                       "downlink": {"policy": "off"}}),
     ("rsfc", {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "off"}}),
-    ("rsfc[threshold_ms=auto;fast_target=1.5;per_subscriber=false;monitor_steps=3]",
+    ("rsfc[threshold_ms=auto;fast_target=1.5;per_subscriber=false;tuning.monitor_steps=3]",
      {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "off"},
       "rsfc": {"threshold_ms": "auto", "fast_target": 1.5, "per_subscriber": False,
-               "monitor_steps": 3}}),
+               "tuning": {"monitor_steps": 3}}}),
+    ("rsfc[tuning.probe_below=0.3;tuning.drain_fraction=0.9]",
+     {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "off"},
+      "rsfc": {"tuning": {"probe_below": 0.3, "drain_fraction": 0.9}}}),
     ("rsfc+drwa", {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"}}),
     ("rsfc+drwa[lambda=4;alpha=0.5;rsfc.threshold_ms=20]",
      {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"},
       "drwa": {"lambda": 4, "alpha": 0.5}, "rsfc": {"threshold_ms": 20}}),
+    ("rsfc+drwa[rsfc.tuning.probe_below=0.3;lambda=2]",
+     {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"},
+      "drwa": {"lambda": 2}, "rsfc": {"tuning": {"probe_below": 0.3}}}),
 ]
 
 
 @pytest.mark.parametrize("policy,expected", CASES, ids=[c[0] for c in CASES])
-def test_policy_string_becomes_an_accepted_config(prerequisites, tmp_path, policy, expected):
-    cfg = policy_config(policy)
-    assert cfg == expected
-    code, msg = _check(prerequisites, tmp_path, cfg)
+def test_policy_string_names_its_config(policy, expected):
+    assert policy_config(policy) == expected
+
+
+@pytest.mark.parametrize("policy", [c[0] for c in CASES])
+def test_policy_config_is_accepted_by_the_daemon(prerequisites, tmp_path, policy):
+    code, msg = _check(prerequisites, tmp_path, policy_config(policy))
     assert code == 0, msg
+
+
+def test_dotted_override_keys_nest():
+    assert parse_overrides("tuning.probe_below=0.3") == {"tuning": {"probe_below": 0.3}}
+    assert parse_overrides("rsfc.tuning.x=1;lambda=2") == {"rsfc": {"tuning": {"x": 1}},
+                                                          "lambda": 2}
+    assert parse_overrides(" a.b = 1 ; a.c=true;d=auto;e=2.0;f=/tmp/x.jsonl; ") == {
+        "a": {"b": 1, "c": True}, "d": "auto", "e": 2.0, "f": "/tmp/x.jsonl"}
+    assert parse_overrides("") == {}
+
+
+@pytest.mark.parametrize("text", ["a=1;a=2", "a=1;a.b=2", "a.b=2;a=1", "a", "=1", ".a=1",
+                                  "a..b=1", "a.=1"])
+def test_bad_override_is_refused_before_any_run(text):
+    with pytest.raises(ValueError):
+        parse_overrides(text)
+    with pytest.raises(ValueError):
+        policy_config(f"rsfc[{text}]")
 
 
 @pytest.mark.parametrize("policy,word", [
     ("rsfc[fast_targe=1.5]", "fast_targe"),
     ("rsfc+drwa[lamda=4]", "lamda"),
     ("rsfc+drwa[rsfc.threshold=20]", "threshold"),
+    ("rsfc[tuning.probe_blow=0.3]", "probe_blow"),
+    ("rsfc[probe_below=0.3]", "probe_below"),  # a tuning key outside rsfc.tuning
 ])
 def test_misspelt_override_is_refused_by_the_daemon(prerequisites, tmp_path, policy, word):
     code, msg = _check(prerequisites, tmp_path, policy_config(policy))
     assert code == 2 and word in msg, msg
+
+
+def test_decision_log_is_a_top_level_key(tmp_path):
+    """Bench (lab/exps/bench.py) has rsfcd log its decisions for the rsfc policies and
+    observe, at the top-level `decision_log`; not for the others."""
+    b = Bench("cfg", LINKS["3g"], "rsfc[tuning.probe_below=0.3]", workdir=tmp_path)
+    cfg = b.daemon_config()
+    assert cfg["decision_log"] == str(b.decision_log)
+    assert cfg["rsfc"] == {"tuning": {"probe_below": 0.3}}
+    assert "decision_log" not in Bench("cfg", LINKS["3g"], "static:65536",
+                                       workdir=tmp_path).daemon_config()
+    assert Bench("cfg", LINKS["3g"], "none", workdir=tmp_path).daemon_config() is None
+
+
+def test_decision_log_config_is_accepted_by_the_daemon(prerequisites, tmp_path):
+    cfg = Bench("cfg", LINKS["3g"], "rsfc", workdir=tmp_path).daemon_config()
+    code, msg = _check(prerequisites, tmp_path, cfg)
+    assert code == 0, msg
 
 
 def test_unknown_policy_is_refused_before_any_run():

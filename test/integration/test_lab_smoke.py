@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 import scenarios
+from measure import payload_fraction
 from shaping import linkem_binary
 
 DURATION_S = 20
@@ -37,7 +38,7 @@ def test_3g_smoke_rsfc_cuts_rtt_and_restores_download(prerequisites):
     idle = _run("none", "idle", duration=4, warmup=0.5)
     assert link.base_rtt_ms - 1 <= idle.rtt_p50_ms <= link.base_rtt_ms + 8
     dl_alone = _run("off", "dl")
-    fraction = scenarios.payload_fraction(True, "tbf")
+    fraction = payload_fraction(True, "tbf")
     assert dl_alone.dl_mbps >= 0.85 * link.down.rate_bps * fraction / 1e6
     # The link-busy meter (TBF bytes sent after the warm-up) agrees with iperf3: the download
     # alone is all the downlink carries besides the pings.

@@ -2,7 +2,7 @@
 capacity trace exactly, a saturating CUBIC flow gets the capacity the trace offers, and a
 full drop-tail buffer adds buffer/rate of queueing delay.
 
-No rsfcd: the link alone (lab/experiments.py's Bench, lab/traffic.py's flows, real kernel
+No rsfcd: the link alone (lab/exps/bench.py's Bench, lab/traffic.py's flows, real kernel
 TCP). Goodput is the sender's delivered count (tcp_info, SACK-aware). Trace capacity is
 counted from the trace file over the same window, in the emulator's own time (trace time
 zero = rsfc-linkem's start), shifted by the base RTT between the bottleneck and the moment
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-import experiments as ex
-from shaping import Direction, LinkSpec, linkem_binary
+from exps.bench import Bench
+from measure import flow_mbps, rtt_stats
+from shaping import Direction, LinkSpec, TraceFile, linkem_binary, traces_dir
 
 DURATION_S = 25.0
 WARMUP_S = 8.0
@@ -28,7 +29,7 @@ BASE_RTT_MS = 40.0
 @pytest.fixture(scope="module")
 def traces():
     try:
-        d = ex.traces_dir()
+        d = traces_dir()
     except FileNotFoundError as e:
         pytest.fail(str(e), pytrace=False)
     return d
@@ -40,12 +41,12 @@ def _trace_run(prerequisites, traces: Path, name: str, direction: str, buffer_by
     assert linkem_binary().exists(), f"rsfc-linkem not built at {linkem_binary()}"
     path = traces / f"{name}.{direction}"
     assert path.is_file(), f"trace {path} missing"
-    trace = ex.TraceFile.load(path)
+    trace = TraceFile.load(path)
     shaped = Direction(buffer_bytes=buffer_bytes, delay_ms=BASE_RTT_MS / 2, trace=str(path))
     plain = Direction(delay_ms=BASE_RTT_MS / 2)
     link = LinkSpec(up=shaped, down=plain) if direction == "up" else LinkSpec(up=plain, down=shaped)
     snaps = {}
-    with ex.Bench(f"it-trace-{name}", link, "none", engine="linkem", log=print) as b:
+    with Bench(f"it-trace-{name}", link, "none", engine="linkem", log=print) as b:
         b.begin(ping_s=DURATION_S, linger_s=3)
         b.at(0, b.bulk, "flow", direction, DURATION_S)
         for t in (WARMUP_S, DURATION_S):
@@ -55,7 +56,7 @@ def _trace_run(prerequisites, traces: Path, name: str, direction: str, buffer_by
     assert not res["errors"], res["errors"]
     z = sum(res["linkem_start_monotonic"]) / 2 - res["t0_monotonic"]  # linkem start - t0
     assert res["linkem_start_monotonic"][1] - res["linkem_start_monotonic"][0] < 0.2
-    goodput = ex.flow_mbps(res["flows"]["flow"], WARMUP_S, DURATION_S)
+    goodput = flow_mbps(res["flows"]["flow"], WARMUP_S, DURATION_S)
     # Delivered at the sender = left the bottleneck one base RTT earlier.
     lo, hi = (WARMUP_S - z) * 1000 - BASE_RTT_MS, (DURATION_S - z) * 1000 - BASE_RTT_MS
     capacity = trace.mbps(lo, hi) * 1448 / 1500  # payload of 1500-byte opportunities
@@ -102,17 +103,17 @@ def test_full_buffer_adds_buffer_over_rate(prerequisites):
     link = LinkSpec(up=Direction(rate_bps=rate, buffer_bytes=buf, delay_ms=BASE_RTT_MS / 2),
                     down=Direction(delay_ms=BASE_RTT_MS / 2))
     duration = 14.0
-    with ex.Bench("it-fullbuf", link, "none", engine="linkem", log=print) as b:
+    with Bench("it-fullbuf", link, "none", engine="linkem", log=print) as b:
         b.begin(ping_s=duration, linger_s=3)
         b.at(1.0, b.bulk, "flow", "up", duration - 1.0)  # idle RTT first
         b.run_schedule()
         res = b.finish()
     assert not res["errors"], res["errors"]
     expected = BASE_RTT_MS + buf * 8 / rate * 1000
-    st = ex.rtt_stats(res, 4.0, duration)
-    idle = ex.rtt_stats(res, 0.0, 0.9)
+    st = rtt_stats(res, 4.0, duration)
+    idle = rtt_stats(res, 0.0, 0.9)
     up = res["linkem"][0]
-    goodput = ex.flow_mbps(res["flows"]["flow"], 4.0, duration)
+    goodput = flow_mbps(res["flows"]["flow"], 4.0, duration)
     print(f"idle RTT {idle['p50']:.1f} ms; max RTT {st['max']:.1f} ms, p50 {st['p50']:.1f} ms "
           f"(base + buffer/rate = {expected:.1f} ms); buffer high-water "
           f"{up['max_buffer_bytes']} of {buf} B; goodput {goodput:.3f} Mbit/s "

@@ -1,0 +1,117 @@
+"""The lab's policy strings: each names the rsfcd configuration a test runs the gateway with
+(merged over lab/topo.py's DEFAULT_CONFIG; rsfcd regulates the uplink knob, the downlink
+knob is off unless the policy says otherwise). Used by lab/scenarios.py and lab/exps/.
+
+    none                      no rsfcd (and no NFQUEUE rules on the gateway)
+    off, observe, rsfc        uplink.policy
+    static:BYTES              uplink.policy static, static_window_bytes BYTES
+    rsfc[key=value;...]       rsfc with rsfc.* overrides
+    rsfc+drwa                 rsfc on the uplink knob, DRWA on the downlink knob
+    rsfc+drwa[key=value;...]  with drwa.* overrides; keys "rsfc.KEY" override rsfc.*
+
+A dotted key nests: rsfc[tuning.probe_below=0.3] sets rsfc.tuning.probe_below (the control
+law's experimental block), rsfc+drwa[rsfc.tuning.probe_below=0.3;lambda=2] the same and
+drwa.lambda. A value is a number, true/false or a string ("auto", a path). check_policy()
+has rsfcd --check-config the resulting configuration, so a misspelt key stops a run before
+it starts. Tests that log rsfcd's decisions set the top-level `decision_log` key.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+import topo as topo_mod
+
+POLICY_FORMS = ("none, off, observe, static:BYTES, rsfc, rsfc[key=value;...], rsfc+drwa, "
+                "rsfc+drwa[key=value;...]")
+
+
+def parse_value(text: str):
+    """An override's value: true/false, an int, a float, else the string ("auto", a path)."""
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        num = float(text)
+    except ValueError:
+        return text
+    return int(num) if num.is_integer() and "." not in text else num
+
+
+def parse_overrides(text: str) -> dict:
+    """"key=value;key=value" (a policy's [...] part) -> {key: value}; a dotted key nests:
+    "tuning.probe_below=0.3;fast_target=1.5" -> {"tuning": {"probe_below": 0.3},
+    "fast_target": 1.5}. ValueError for an item without "=", an empty key part, or a key
+    set twice (also as a value and as a block)."""
+    params: dict = {}
+    for item in filter(None, (x.strip() for x in text.split(";"))):
+        key, eq, value = item.partition("=")
+        parts = [k.strip() for k in key.split(".")]
+        if not eq or not all(parts):
+            raise ValueError(f"override {item!r}: expected key=value (key parts joined by '.')")
+        node = params
+        for depth, part in enumerate(parts[:-1]):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: {'.'.join(parts[:depth + 1])} is a value")
+        if parts[-1] in node:
+            raise ValueError(f"override {item!r}: {key.strip()} is set twice")
+        node[parts[-1]] = parse_value(value.strip())
+    return params
+
+
+def policy_config(policy: str) -> dict | None:
+    """rsfcd config (merged over topo.DEFAULT_CONFIG) for an uplink policy; None = no daemon.
+    ValueError for a string this does not know."""
+    if policy == "none":
+        return None
+    down = {"policy": "off"}
+    if policy.startswith("static:"):
+        return {"uplink": {"policy": "static", "static_window_bytes": int(policy[7:])},
+                "downlink": down}
+    if policy in ("off", "observe", "rsfc"):
+        return {"uplink": {"policy": policy}, "downlink": down}
+    if policy == "rsfc+drwa":  # both knobs: RSFC on the uplink, DRWA on the downlink
+        return {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"}}
+    if policy.startswith("rsfc+drwa[") and policy.endswith("]"):
+        # both knobs with DRWA parameter overrides, e.g. "rsfc+drwa[lambda=2]"; keys
+        # "rsfc.KEY" override rsfc's, e.g. "rsfc+drwa[rsfc.tuning.probe_below=0.3]"
+        drwa = parse_overrides(policy[10:-1])
+        rsfc = drwa.pop("rsfc", {})
+        if not isinstance(rsfc, dict):
+            raise ValueError(f"policy {policy!r}: rsfc overrides are rsfc.KEY=value")
+        cfg = {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"}}
+        return cfg | ({"drwa": drwa} if drwa else {}) | ({"rsfc": rsfc} if rsfc else {})
+    if policy.startswith("rsfc[") and policy.endswith("]"):
+        # rsfc with parameter overrides, e.g. "rsfc[fast_target=1.5;tuning.probe_below=0.3]"
+        rsfc = parse_overrides(policy[5:-1])
+        return {"uplink": {"policy": "rsfc"}, "downlink": down} | ({"rsfc": rsfc} if rsfc else {})
+    raise ValueError(f"unknown policy {policy!r} ({POLICY_FORMS})")
+
+
+def check_policy(policy: str) -> None:
+    """Rejects a bad policy before anything runs: ValueError for a string policy_config does
+    not know, and, when the rsfcd binary is built, for a configuration rsfcd --check-config
+    refuses (a misspelt override key would otherwise end a long run with a failed start)."""
+    cfg = policy_config(policy)
+    binary = topo_mod.rsfcd_binary()
+    if cfg is None or not binary.exists():
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        f.write(topo_mod.to_yaml(topo_mod.deep_merge(topo_mod.DEFAULT_CONFIG, cfg)))
+        f.flush()
+        r = subprocess.run([str(binary), "--check-config", f.name], capture_output=True,
+                           text=True, timeout=10)
+    if r.returncode != 0:
+        raise ValueError(f"policy {policy!r}: {(r.stdout + r.stderr).strip()}")
+
+
+def wants_decision_log(policy: str) -> bool:
+    """The policies whose controller decisions rsfcd can log (observe and the rsfc ones)."""
+    return policy == "observe" or policy.startswith("rsfc")
+
+
+def with_decision_log(cfg: dict, path: Path) -> dict:
+    """`cfg` with rsfcd's decision log written to `path` (the top-level `decision_log`)."""
+    return topo_mod.deep_merge(cfg, {"decision_log": str(path)})
