@@ -139,41 +139,13 @@ void UplinkRegulator::on_downlink_segment(Nanos now, const TcpSegment& s, const 
   }
 }
 
-void UplinkRegulator::on_window_forwarded(Nanos now, uint32_t ack, uint32_t right_edge,
-                                          const RsfcParams& p) {
-  (void)ack;
+void UplinkRegulator::on_window_forwarded(Nanos now, uint32_t right_edge, const RsfcParams& p) {
   if (!edge_known_ || seq_gt(right_edge, edge_max_)) edge_max_ = right_edge;
   edge_known_ = true;
   if (!ts_) {
     const Nanos spacing = std::max(kMinSlotSpacing, interval(p) / kSlotsPerRtt);
     lag_.on_edge_forwarded(now, right_edge, spacing);
   }
-}
-
-void SubscriberUplink::on_delivered(Nanos now, uint32_t bytes, Nanos interval) {
-  if (!rate_.started()) rate_.start(seq_);
-  rate_.on_data(now, seq_, bytes, interval);
-  seq_ += bytes;
-}
-
-void SubscriberUplink::report_active(Nanos now, int64_t& epoch) {
-  const int64_t e = now / kEpoch;
-  if (e != epoch_) {
-    active_[1] = e == epoch_ + 1 ? active_[0] : 0;
-    active_[0] = 0;
-    epoch_ = e;
-  }
-  if (epoch != e) {
-    epoch = e;
-    ++active_[0];
-  }
-}
-
-uint32_t SubscriberUplink::active(Nanos now) const {
-  const int64_t e = now / kEpoch;
-  const uint32_t cur = e == epoch_ ? active_[0] : 0;
-  const uint32_t prev = e == epoch_ ? active_[1] : (e == epoch_ + 1 ? active_[0] : 0);
-  return std::max<uint32_t>({cur, prev, 1});
 }
 
 WindowDecision UplinkRegulator::target_window(Nanos now, const RsfcParams& p) {

@@ -34,7 +34,7 @@
 
 #include "rsfc/core/estimators.h"
 #include "rsfc/core/params.h"
-#include "rsfc/core/rsfc_controller.h"  // WindowDecision
+#include "rsfc/core/regulator.h"
 
 namespace rsfc {
 

@@ -9,7 +9,7 @@
 //                                            the engine applies min_window_bytes, the
 //                                            right-edge rule and the scale itself;
 //                                            d.stepped: a control step ran, log a decision.
-//       on_window_forwarded(now, ack, edge, params)   with the right edge (ack + window <<
+//       on_window_forwarded(now, edge, params)   with the right edge (ack + window <<
 //                                            scale) actually advertised, rewritten or not.
 //   SYN and SYN-ACK segments must be fed too (handshake timing, ISN, MSS, timestamps).
 //
@@ -111,46 +111,13 @@
 
 #include "rsfc/core/estimators.h"
 #include "rsfc/core/params.h"
+#include "rsfc/core/regulator.h"
 
 namespace rsfc {
 
 enum class RsfcState : uint8_t { kStartup = 0, kSlow = 1, kFast = 2, kMonitor = 3 };
 constexpr size_t kRsfcStates = 4;    // CoreCounters::rsfc_flows_in_state
 const char* to_string(RsfcState s);  // "startup", "slow", "fast", "monitor"
-
-struct WindowDecision {
-  uint32_t window = kNoClamp;  // target bytes; kNoClamp = do not clamp
-  bool stepped = false;        // a control step ran during this call
-};
-
-// What the regulated upload flows of one subscriber share. They fill one uplink buffer, so
-// their delivered rates are shares of one link. A flow's own rate is a windowed maximum: it
-// is taken at moments when its siblings sent less (their drains, their own limits) and so
-// overstates the flow's share, and windows sized on it keep a queue between them (two to
-// six uploads from one phone: 0.08-0.16 s mean in the simulation). Every member reports its
-// new bytes here; at each control step a member caps its rate at its share of the bytes all
-// members delivered since its previous step times the subscriber's rate (one windowed maximum
-// over all of them). Pure and fixed-size, like the regulators; the engine keeps one per
-// subscriber address (SubscriberTable in engine.cpp).
-class SubscriberUplink {
- public:
-  void on_delivered(Nanos now, uint32_t bytes, Nanos interval);
-  uint64_t total_bytes() const { return rate_.total_bytes(); }
-  double rate(Nanos now, Nanos interval) const { return rate_.max(now, interval); }
-  bool has_sample() const { return rate_.has_sample(); }
-  // A member that fills its window reports it at its control steps; `epoch` is the member's
-  // own bookkeeping (one count per member and epoch of kEpoch).
-  void report_active(Nanos now, int64_t& epoch);
-  // Members that reported in this epoch or the previous one; at least 1.
-  uint32_t active(Nanos now) const;
-  static constexpr Nanos kEpoch = 1 * kSecond;
-
- private:
-  DeliveredRate rate_;  // fed with a running byte count as its sequence
-  uint32_t seq_ = 0;
-  int64_t epoch_ = -1;           // current epoch number
-  uint32_t active_[2] = {0, 0};  // members seen in the current / previous epoch
-};
 
 class UplinkRegulator {
  public:
@@ -163,7 +130,7 @@ class UplinkRegulator {
   void on_uplink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
   void on_downlink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
   WindowDecision target_window(Nanos now, const RsfcParams& p);
-  void on_window_forwarded(Nanos now, uint32_t ack, uint32_t right_edge, const RsfcParams& p);
+  void on_window_forwarded(Nanos now, uint32_t right_edge, const RsfcParams& p);
   // Optional: offsets this flow's scheduled drains (kMonitor (b)). Give every flow of one
   // subscriber the same phase (e.g. a hash of its address modulo min_refresh) so that they
   // drain together, and different subscribers different phases so that the gateway's load
@@ -177,7 +144,6 @@ class UplinkRegulator {
     sub_bytes_at_step_ = s ? s->total_bytes() : 0;
     sub_counted_ = s != nullptr;
   }
-  const SubscriberUplink* subscriber() const { return sub_; }
 
   // --- Read-outs (decision log, metrics, tests); values as of the last control step. ---
   RsfcState state() const { return state_; }
@@ -196,10 +162,7 @@ class UplinkRegulator {
   // The controller's window; kNoClamp in kStartup (target_window() then returns the
   // startup clamp).
   uint32_t window() const;
-  uint32_t mss() const { return mss_; }
   uint32_t path_rebaselines() const { return path_rebaselines_; }  // see path_check()
-  const UplinkDelayEstimator& delay() const { return delay_; }
-  const DeliveredRate& delivered() const { return rate_; }
 
  private:
   bool step(Nanos now, const RsfcParams& p);  // true: something to log
@@ -292,7 +255,6 @@ class UplinkRegulator {
   bool edge_known_ = false;
   bool ack_known_ = false;
   bool hs_taken_ = false;
-  bool mss_from_syn_ = false;
   bool lag_confirmed_ = false;
   bool drain_confirmed_ = false;    // a scheduled drain has emptied the buffer once
   bool monitor_scheduled_ = false;  // the current drain is a scheduled one (kMonitor (b))
