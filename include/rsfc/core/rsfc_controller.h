@@ -131,18 +131,18 @@ class UplinkRegulator {
   void on_downlink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
   WindowDecision target_window(Nanos now, const RsfcParams& p);
   void on_window_forwarded(Nanos now, uint32_t right_edge, const RsfcParams& p);
-  // Optional: offsets this flow's scheduled drains (kMonitor (b)). Give every flow of one
-  // subscriber the same phase (e.g. a hash of its address modulo min_refresh) so that they
-  // drain together, and different subscribers different phases so that the gateway's load
-  // does not dip all at once. Default 0.
+  // Optional: offsets this flow's scheduled drains. Give every flow of one subscriber the
+  // same phase (e.g. a hash of its address modulo min_refresh) so that they drain together,
+  // and different subscribers different phases so that the gateway's load does not dip all
+  // at once. Default 0.
   void set_drain_phase(Nanos phase) { drain_phase_ = phase; }
   // Optional: the state this flow shares with the other regulated uploads of its subscriber
   // (not owned; must outlive this regulator or be detached with nullptr first).
   void attach(SubscriberUplink* s) {
     sub_ = s;
-    own_bytes_at_step_ = rate_.total_bytes();
-    sub_bytes_at_step_ = s ? s->total_bytes() : 0;
-    sub_counted_ = s != nullptr;
+    share_.own_bytes = delivered_.total_bytes();
+    share_.sub_bytes = s ? s->total_bytes() : 0;
+    share_.counted = s != nullptr;
   }
 
   // --- Read-outs (decision log, metrics, tests); values as of the last control step. ---
@@ -153,111 +153,175 @@ class UplinkRegulator {
   bool tick_estimated() const {
     return delay_.tick().quality() == TickEstimator::Quality::kEstimated;
   }
-  std::optional<Nanos> t_buff() const { return tb_; }
-  double rate() const { return rho_; }  // bytes/s
-  std::optional<Nanos> rtt_min() const { return rtt_min_; }
-  std::optional<Nanos> rtt_used() const { return rtt_; }
-  Nanos rtt_now() const { return rtt_now_; }  // current round trip without own queue
-  Nanos threshold() const { return T_; }
-  // The controller's window; kNoClamp in kStartup (target_window() then returns the
-  // startup clamp).
+  std::optional<Nanos> t_buff() const { return sig_.t_buff; }
+  double rate() const { return sig_.rate; }  // rho, bytes/s
+  std::optional<Nanos> rtt_min() const { return sig_.rtt_min; }
+  std::optional<Nanos> rtt_used() const { return sig_.rtt; }
+  Nanos rtt_now() const { return sig_.rtt_now; }
+  Nanos threshold() const { return sig_.threshold; }
+  // The controller's window; kNoClamp in STARTUP (target_window() then returns the startup
+  // clamp).
   uint32_t window() const;
   uint32_t path_rebaselines() const { return path_rebaselines_; }  // see path_check()
 
  private:
-  bool step(Nanos now, const RsfcParams& p);  // true: something to log
+  // What a control step decides on (measure()).
+  struct Signals {
+    std::optional<Nanos> t_buff;  // standing queue in the uplink buffer
+    Nanos threshold = 0;          // T
+    double rate = 0;              // rho, bytes/s: own_rate capped at the subscriber's share
+    double own_rate = 0;          // the flow's delivered rate, bytes/s (windowed maximum)
+    std::optional<Nanos> rtt;     // round trip without the own queue, averaged: sizes W
+    Nanos rtt_now = 0;            // the same, current; kept until measured anew
+    std::optional<Nanos> rtt_min;
+    Nanos phone_half = 0;  // the halves' windowed minima (0: none)
+    Nanos server_half = 0;
+    Nanos interval = 0;  // I: to the next step
+    // The rest is valid when `ready`: t_buff, rtt and a rate exist, the law can run.
+    bool ready = false;
+    bool sending = false;  // data arrived within the last interval
+    double slack = 0;      // max(0, rtt - rtt_now), ns
+    double in_flight = 0;  // rho * (rtt_now + t_buff), bytes: Little's law
+
+    double tb() const { return static_cast<double>(*t_buff); }   // ns
+    double T() const { return static_cast<double>(threshold); }  // ns
+    // t_buff - slack against a queueing delay (ns).
+    bool above(double limit) const { return tb() > limit + slack; }
+    bool below(double limit) const { return tb() < limit + slack; }
+  };
+  // The path check's view of one half of its span (path_check()).
+  struct PathHalf {
+    double min_tb = -1;          // lowest t_buff, ns (< 0: none yet)
+    std::optional<Nanos> floor;  // lowest one-way delay level t_buff + min(d) (timestamps)
+  };
+  // MONITOR: the drain in progress.
+  struct Drain {
+    Nanos since = 0;            // entered MONITOR
+    double window_before = 0;   // W before the drain's cut
+    double rate_before = 0;     // rho then
+    uint32_t drops_before = 0;  // delay_.min_drops() then
+    uint8_t steps = 0;          // steps with the cut in force
+    bool scheduled = false;     // at a min_refresh boundary: every flow of the phone drains
+    // The path check's span: its start, the highest data end then, and its two halves.
+    Nanos check_since = 0;
+    uint32_t check_end = 0;
+    PathHalf first, second;
+  };
+  // What subscriber_share() kept of the previous step.
+  struct ShareSnapshot {
+    uint64_t own_bytes = 0;  // delivered_.total_bytes()
+    uint64_t sub_bytes = 0;  // sub_->total_bytes()
+    int64_t epoch = -1;      // SubscriberUplink::report_active bookkeeping
+    bool counted = false;    // sub_bytes is from the previous step
+  };
+  enum class PathCheck : uint8_t { kNo, kWait, kLonger };
+
+  // Estimators, fed by every segment.
   void take_handshake(Nanos now, const RsfcParams& p);
-  Nanos interval(const RsfcParams& p) const;
-  uint32_t startup_window(const RsfcParams& p) const;
-  bool refresh_due(Nanos now, Nanos prev_step, const RsfcParams& p) const;
-  Nanos lag_window(const RsfcParams& p) const;
-  static Nanos horizon(const RsfcParams& p) { return p.min_window_horizon; }
-  void enter_fast(const RsfcParams& p);
-  void fast_step(const RsfcParams& p);
+  void on_uplink_timestamps(Nanos now, const TcpSegment& s, Nanos spacing, const RsfcParams& p);
+  void add_phone_rtt(Nanos now, Nanos rtt_no_queue, const RsfcParams& p);
+  void on_uplink_lag(Nanos now, const TcpSegment& s, const RsfcParams& p);
+
+  // The control step: measure, then one function per state.
+  bool step(Nanos now, const RsfcParams& p);  // true: something to log
+  Signals measure(Nanos now, const RsfcParams& p);
+  void measure_timestamps(Nanos now, Signals& s, const RsfcParams& p) const;
+  void measure_lag(Nanos now, Signals& s, const RsfcParams& p) const;
+  Nanos threshold_for(std::optional<Nanos> rtt_min, const RsfcParams& p) const;
+  double subscriber_share(Nanos now, const Signals& s, const RsfcParams& p);
+  void startup(Nanos now, const Signals& s, const RsfcParams& p);
+  void slow(Nanos now, const Signals& s, const RsfcParams& p);
+  void fast(Nanos now, const Signals& s, const RsfcParams& p);
+  void monitor(Nanos now, const Signals& s, const RsfcParams& p);
+
+  // SLOW.
+  bool within_one_packet(Nanos now, const Signals& s) const;
+  void probe(const Signals& s, const RsfcParams& p);
+  void follow_use(const Signals& s, double prev, const RsfcParams& p);
+  // FAST.
+  void enter_fast(const Signals& s, const RsfcParams& p);
+  void size_fast(const Signals& s, const RsfcParams& p);
   // rho * (rtt + fast_target * T): one bandwidth-delay product plus the fast state's queue.
-  double bdp_plus_queue(Nanos rtt, const RsfcParams& p) const;
-  void enter_monitor(Nanos now, const RsfcParams& p, bool scheduled);
+  double bdp_plus_queue(Nanos rtt, const Signals& s, const RsfcParams& p) const;
+  // MONITOR.
+  bool refresh_due(Nanos now, const RsfcParams& p) const;
+  void enter_monitor(Nanos now, const Signals& s, const RsfcParams& p, bool scheduled);
+  void track_drain(Nanos now, const Signals& s, const RsfcParams& p);
+  void end_drain(Nanos now, const Signals& s, const RsfcParams& p);
   void leave_monitor(Nanos now, bool evidence);
   void restart_drain_measurement();
-  double monitor_min_tb() const;  // < 0: no step in force yet
-  enum class PathCheck : uint8_t { kNo, kWait, kLonger };
+  double drain_min_tb() const;  // < 0: no step in force yet
   PathCheck path_check(Nanos now, double T, const RsfcParams& p) const;
+
+  static Nanos control_interval(const Signals& s, const RsfcParams& p);
+  Nanos interval(const RsfcParams& p) const { return control_interval(sig_, p); }
+  static Nanos lag_window(Nanos interval, const RsfcParams& p);
+  static Nanos horizon(const RsfcParams& p) { return p.min_window_horizon; }
+  uint32_t startup_window(const RsfcParams& p) const;
   // min_window_segments MSS, as of the last control step.
   double min_window() const { return static_cast<double>(min_segments_) * mss_; }
+  // A cut of W holds once the server acknowledged everything sent under the old right edge.
   bool cut_in_force() const { return !edge_known_ || !ack_known_ || seq_ge(ack_max_, cut_edge_); }
   Nanos confirmed_at() const { return ts_ ? delay_.min_confirmed_at() : lag_confirmed_at_; }
   bool has_confirmation() const { return ts_ ? delay_.has_min_confirmation() : lag_confirmed_; }
 
   // Estimators.
-  HandshakeTimer hs_;
-  UplinkDelayEstimator delay_;
-  DeliveredRate rate_;
-  EchoSampler phone_echo_;   // server TSvals -> phone TSecr
-  EchoSampler server_echo_;  // phone TSvals -> server TSecr
-  WindowOpeningLag lag_;     // timestamp-less phone-side round trip
-  AckProbe server_probe_;    // timestamp-less server half
+  HandshakeTimer handshake_;
+  UplinkDelayEstimator delay_;  // t_buff from the phone's TSvals
+  DeliveredRate delivered_;     // the flow's new bytes and rate
+  EchoSampler phone_echo_;      // server TSvals -> phone TSecr
+  EchoSampler server_echo_;     // phone TSvals -> server TSecr
+  WindowOpeningLag lag_;        // timestamp-less phone-side round trip
+  AckProbe server_probe_;       // timestamp-less server half
   WindowedMin<4> phone_half_min_;
   WindowedMin<4> server_half_min_;
-  WindowedMin<4> lag_filter_;  // timestamp-less: short min of lag samples
-  Ewma phone_ex_;              // phone-side round trip minus own t_buff (TS) / lag (no TS)
-  Ewma ex_slow_;               // the same, averaged over rtt_smoothing (TS)
-  Nanos ex_slow_at_ = 0;
-  Nanos lag_confirmed_at_ = 0;
-
-  // Controller.
-  double w_ = 0;  // target window, bytes (valid when clamping_)
-  double w_before_monitor_ = 0;
-  Nanos next_step_ = 0;
-  Nanos monitor_since_ = 0;
-  Nanos evidence_since_ = 0;  // start of the current min(d)-freshness period
-  Nanos last_step_at_ = 0;
-  Nanos drain_phase_ = 0;
+  WindowedMin<4> lag_min_;  // timestamp-less: short min of lag samples (t_buff)
+  // Gateway -> phone -> gateway without the flow's own queue (sample minus its t_buff; lag
+  // without timestamps): current (gain rtt_gain per sample), and averaged over rtt_smoothing.
+  Ewma phone_rtt_now_;
+  Ewma phone_rtt_avg_;
+  Nanos phone_rtt_avg_at_ = 0;
+  Nanos last_phone_rtt_ = 0;  // last gateway -> phone -> gateway sample, queue included
   Nanos last_data_at_ = 0;
-  std::optional<Nanos> tb_, rtt_, rtt_min_;
-  Nanos last_phone_side_ = 0;    // last gateway -> phone -> gateway sample (queue included)
-  double startup_inflight_ = 0;  // bytes, startup estimate of the phone's in-flight
-  Nanos rtt_now_ = 0;            // current round trip without own queue (rtt_ is its recent max)
-  Nanos T_ = 0;
-  double rho_ = 0;
-  // The drain's lowest t_buff since its cut took hold, split into the first and second half
-  // of the path check's span (< 0: none yet; monitor_min_tb() is the lower), the span's
-  // start, and the highest data end then.
-  double path_first_min_ = -1;
-  double path_second_min_ = -1;
-  // The same halves' lowest one-way delay level, t_buff + min(d) (timestamps only): min(d)
-  // may age out during the check, which lowers t_buff without any queue draining.
-  std::optional<Nanos> path_first_floor_;
-  std::optional<Nanos> path_second_floor_;
-  Nanos path_since_ = 0;
-  uint32_t path_end_ = 0;
-  uint32_t path_rebaselines_ = 0;
-  SubscriberUplink* sub_ = nullptr;
-  uint64_t own_bytes_at_step_ = 0;  // rate_.total_bytes() at the previous step
-  uint64_t sub_bytes_at_step_ = 0;  // sub_->total_bytes() at the previous step
-  int64_t sub_epoch_ = -1;          // SubscriberUplink::report_active bookkeeping
-  bool sub_counted_ = false;        // sub_bytes_at_step_ is from the previous step
-  double rho_at_monitor_ = 0;       // rho when the drain began
-  uint32_t edge_max_ = 0;
-  uint32_t ack_max_ = 0;
-  uint32_t cut_edge_ = 0;
-  uint32_t mss_ = kDefaultMss;
-  uint32_t min_segments_ = 2;  // RsfcParams::min_window_segments, taken at each step
-  uint16_t fast_steps_in_force_ = 0;
-  uint8_t monitor_steps_ = 0;
-  uint32_t probe_streak_ = 0;      // consecutive probe steps that found the buffer empty
-  uint32_t rises_at_drain_ = 0;    // delay_.min_rises() when a drain last confirmed min(d)
-  uint32_t drops_at_monitor_ = 0;  // delay_.min_drops() when the current drain began
-  uint32_t drops_seen_ = 0;        // delay_.min_drops() the RTT averages were reset for
-  RsfcState state_ = RsfcState::kStartup;
-  bool clamping_ = false;
+  Nanos lag_confirmed_at_ = 0;  // timestamp-less: last lag sample at its minimum
+  bool lag_confirmed_ = false;
   bool ts_ = false;
   bool ts_decided_ = false;
+  bool handshake_taken_ = false;
+  uint32_t min_drops_seen_ = 0;  // delay_.min_drops() the phone_rtt averages were reset for
+  uint32_t mss_ = kDefaultMss;
+
+  // The signals of the last step.
+  Signals sig_;
+
+  // Control state.
+  double window_ = 0;            // W, bytes (valid when clamping_)
+  double startup_inflight_ = 0;  // STARTUP: the phone's in-flight estimate, bytes
+  Nanos next_step_ = 0;
+  Nanos last_step_at_ = 0;
+  RsfcState state_ = RsfcState::kStartup;
+  bool clamping_ = false;             // past STARTUP: W is the target
+  uint16_t fast_steps_in_force_ = 0;  // FAST: steps the last deep cut has held
+  uint32_t min_segments_ = 2;         // RsfcParams::min_window_segments, taken at each step
+  uint32_t probe_streak_ = 0;         // SLOW: probe steps in a row that found the buffer empty
+  // The right edges advertised and the server's ACKs (cut_in_force()).
   bool edge_known_ = false;
   bool ack_known_ = false;
-  bool hs_taken_ = false;
-  bool lag_confirmed_ = false;
-  bool drain_confirmed_ = false;    // a scheduled drain has emptied the buffer once
-  bool monitor_scheduled_ = false;  // the current drain is a scheduled one (kMonitor (b))
+  uint32_t edge_max_ = 0;
+  uint32_t ack_max_ = 0;
+  uint32_t cut_edge_ = 0;  // edge_max_ when W was last cut
+
+  // MONITOR: the drain in progress, and what scheduled drains (refresh_due()) remember.
+  Drain drain_;
+  Nanos drain_phase_ = 0;
+  Nanos evidence_since_ = 0;     // start of the current min(d)-freshness period
+  uint32_t rises_at_drain_ = 0;  // delay_.min_rises() when a drain last confirmed min(d)
+  uint32_t path_rebaselines_ = 0;
+  bool drain_confirmed_ = false;  // a drain has emptied the buffer once (min(d) confirmed)
+
+  // The subscriber's share (subscriber_share()).
+  SubscriberUplink* sub_ = nullptr;
+  ShareSnapshot share_;
 };
 
 }  // namespace rsfc
