@@ -1,108 +1,70 @@
-// RSFC: Receiver-Side Flow Control of the subscriber's uplink buffer (docs/DESIGN.md §3), one
-// UplinkRegulator per flow, fixed size, no heap. Pure: time comes in as `now`.
+// RSFC: Receiver-Side Flow Control of the subscriber's uplink buffer (docs/DESIGN.md §3).
+// One UplinkRegulator per upload flow: fixed size, no heap, no clock (time comes in as `now`).
 //
-// HOW THE ENGINE DRIVES IT (per flow whose uplink.policy is rsfc):
-//   - every segment FROM the subscriber:  on_uplink_segment(now, seg, params)
-//   - every segment TO the subscriber:    on_downlink_segment(now, seg, params)   (before any
-//     rewrite), then, if it carries an ACK:
-//       d = target_window(now, params)    -> bytes (kNoClamp = leave the window alone);
-//                                            the engine applies min_window_bytes, the
-//                                            right-edge rule and the scale itself;
-//                                            d.stepped: a control step ran, log a decision.
-//       on_window_forwarded(now, edge, params)   with the right edge (ack + window <<
-//                                            scale) actually advertised, rewritten or not.
-//   SYN and SYN-ACK segments must be fed too (handshake timing, ISN, MSS, timestamps).
+// A phone's uplink buffer is large and its link slow: an upload keeps seconds of queue there,
+// in front of everything else the phone sends. The gateway sees the upload after that buffer
+// and rewrites the receive window in the server's ACKs to the phone; RSFC sizes that window W
+// so that the buffer keeps a small standing queue of about T.
 //
-// SIGNALS (estimators.h):
-//   t_buff   uplink buffering delay from the phone's TSvals, windowed min of d, then a short
-//            windowed minimum (tbuff_filter): a standing queue, not one late packet.
-//            Without timestamps: the phone-side round trip from the window-opening lag
-//            above its windowed minimum (this includes downlink queueing; the monitor state
-//            re-baselines what the clamp cannot remove, see below).
-//   rho      delivered uplink rate at the gateway, windowed max over >= 1 s (outage-robust).
-//   RTT      the round trip the upload really lives on, WITHOUT its own uplink queue:
-//            (gateway -> phone -> gateway sample from a TS echo) minus that segment's own
-//            t_buff, plus the minimum server half. This contains the downlink queueing a
-//            concurrent download causes (the upload's ACKs wait in it): sizing on RTT_min
-//            instead starves the upload (docs/DESIGN.md "quick prototype"). Two versions: the
-//            current one (EWMA, gain rtt_gain per sample) and the one the window is sized on
-//            (averaged over rtt_smoothing). Their difference is "slack": while the current
-//            round trip is below the average (a download's queue breathing), the upload may
-//            keep that much more in its own buffer - it fills the gap without raising the
-//            phone's total round trip, and keeps the uplink busy. All thresholds below are
-//            on t_buff - slack. Without timestamps: RTT = minimum phone-side round trip +
-//            server half, no slack.
-//   RTT_min  windowed minimum of both halves (handshake + echoes).
+// Signals, once per control step (measure(), from the estimators of estimators.h):
+//   t_buff   the standing queue: the one-way delay d of the phone's TSvals above its windowed
+//            minimum min(d), filtered (without timestamps: the phone-side round trip from the
+//            window-opening lag, above its minimum).
+//   rho      the flow's delivered rate (windowed max), capped at its share of the subscriber's
+//            when several uploads of one phone fill the buffer (SubscriberUplink).
+//   rtt      the round trip without the flow's own uplink queue, averaged over rtt_smoothing:
+//            W is sized on it. rtt_now: the current one. slack = rtt - rtt_now (>= 0) raises
+//            every threshold: t_buff is compared as t_buff - slack.
+//   rtt_min  the windowed minima of both halves (handshake, echoes).
+//   T        threshold_ms, or rtt_min clamped to [threshold_floor_ms, threshold_ceiling_ms]
+//            (and to at least tick_multiple timestamp ticks).
 //
-// CONTROL LAW, one step per interval I = clamp(RTT, control_interval_floor, max_interval):
-//   T = threshold or auto, T_low = max(probe_below * T, one packet's time at the link's rate):
-//   every d sample holds one packet's transmission, so min(d) taken before a capacity drop
-//   reads low by the difference until it ages out; less than a packet is no standing queue.
-//   kStartup  until t_buff, rho and RTT exist: a slow-start-shaped clamp, max(initial_window
-//             _bytes or 64 KB, startup_growth * in-flight): it never holds back a
-//             sender in slow start, but keeps the advertised right edge (which can never be
-//             pulled back) close enough that the first real clamp takes effect within a round
-//             trip, not after megabytes of autotuned server window are used up. Then the
-//             first window is the flow's current in-flight estimate rho * (RTT + t_buff).
-//   kSlow     t_buff < T_low (buffer empty: the link may have room): probe,
-//               W += min(growth_per_rtt * W, probe_step_queue * T * rho * 2^min(k,
-//               probe_doublings))
-//             with k the number of probe steps in a row before this one: growth
-//             proportional to the flow's own window, so N flows sharing one buffer grow
-//             together like one flow; the cap in queue-time units bounds the overshoot of a
-//             probe step to a fraction of T near capacity and doubles while the buffer stays
-//             empty (decisive when far from it).
-//             T_low <= t_buff <= T: hold. A capacity increase drains the buffer below T_low
-//             and so is probed; growing +1 MSS per step here (as before) grew the queue by a
-//             sixth of the link rate on a 40 ms path and made a 25-65 ms sawtooth. Without
-//             timestamps it still does: their reading includes a download's downlink queue.
-//             In both, W never grows beyond (1 + growth_per_rtt) * in-flight + 2 MSS, with
-//             in-flight = rho * (current RTT + t_buff): never grow a window the phone does not
-//             use; below unused_fraction * W it decays by unused_decay per step.
-//   kFast     t_buff > T: W = rho * (RTT + fast_target * T): one bandwidth-delay product of
-//             the round trip the flow really sees plus a small standing queue. Only lowers W.
-//   kMonitor  (a) the clamp has been in force (the server acknowledged everything sent under
-//             the old right edge) for monitor_after_steps steps and t_buff is still > T, or
-//             (b) at each period boundary of min_refresh on the gateway clock (+ drain
-//             phase): a standing queue slowly becomes part of min(d) as the old minimum
-//             ages out, and a flow that started behind its siblings' queue took it for its
-//             minimum; all flows of a phone drain together and see the empty buffer. After
-//             the first drain has confirmed min(d), a boundary is skipped when the buffer
-//             emptied on its own within the last period (a sample at the same, unrisen
-//             minimum; timestamps with a tick <= fine_tick only): a drain costs the upload
-//             throughput, most when a download's queue swings its round trip. Drain:
-//             W = drain_fraction * rho * RTT (current). If the buffer empties, min(d) is
-//             confirmed; otherwise after monitor_steps steps in force: without timestamps
-//             the remaining delay is not ours (downlink queue, route change) and becomes the
-//             new baseline. With timestamps min(d) is a physical one-way delay: only a
-//             scheduled drain may raise it (every regulated flow cuts at once; after a drain
-//             of (a) siblings may have kept the buffer filled, and raising it there would
-//             ratchet the queue up), and only when the path check (path_check()) shows a
-//             longer path: the flow has seen its minimum confirmed once and no empty buffer
-//             for a full period, and for path_check (1 s) t_buff stays above T without its
-//             floor falling while the flow's data arrives at less than path_foreign_rate
-//             (0.8) rho - a queue of its own would drain at the link's rate and shrink. Then
-//             min(d) += t_buff, and the window covers the pre-drain rate on the longer round
-//             trip (rsfcd_rsfc_path_rebaselines_total counts these). Otherwise min(d) ages
-//             out over the horizon. A boundary that passes during a drain of (a) makes it
-//             the scheduled one; a drain of (a) that did not empty the buffer does not
-//             postpone the next boundary (it is no evidence). Then kSlow, with the window
-//             from before the drain (a drain is a measurement, not a decision).
+// One control step per interval I = clamp(rtt, control_interval_floor, max_interval):
 //
-// SEVERAL UPLOADS OF ONE PHONE fill one uplink buffer. With a SubscriberUplink attached
-// (the engine attaches one per subscriber address, rsfc.per_subscriber) rho is capped at the
-// flow's share of the subscriber's delivered rate (see SubscriberUplink), so the windows of
-// N flows add up to about one BDP plus the fast state's queue, not N of them.
+//                |
+//                v
+//             STARTUP
+//        (1) /        \ (2)
+//          v            v
+//   +--> SLOW --(3)--> FAST
+//   |      |  <--(4)--  |
+//   |  (5) |            | (5) (6)
+//   |      v            |
+//   +--- MONITOR <------+
+//    (7)
 //
-// KNOWN LIMITS (simulation, see rsfc_controller_test.cpp): flows of one phone that start
-// together behind each other's initial windows take that queue for their minimum until the
-// first drain (to the floor, at the first min_refresh boundary) empties the buffer; two to six
-// simultaneous uploads keep 46-80 ms of mean queue (3.6 s unregulated; 113-153 ms with each
-// flow on its own rate) - not under T. The shared rate is per rsfcd worker: flows of one
-// subscriber spread over several NFQUEUE workers each see only their worker's part
-// (conf/rsfcd-iptables.sh's subscriber balancing keeps them on one).
-// Timestamp-less flows cannot tell their uplink queue from a download's downlink queue; they
-// are regulated, more loosely.
+//   (1) STARTUP -> SLOW      the signals exist, t_buff <= T
+//   (2) STARTUP -> FAST      the signals exist, t_buff > T
+//   (3) SLOW -> FAST         t_buff > T
+//   (4) FAST -> SLOW         t_buff <= T
+//   (5) SLOW/FAST -> MONITOR the flow sends and a min_refresh boundary passed (refresh_due())
+//   (6) FAST -> MONITOR      t_buff > T with the cut in force for monitor_after_steps steps
+//   (7) MONITOR -> SLOW      the buffer emptied (min(d) confirmed), or the cut has been in
+//                            force for monitor_steps steps (end_drain(), path_check())
+//
+// STARTUP  a clamp shaped like slow start, max(initial_window_bytes, startup_growth * in-flight):
+//          it never holds a sender in slow start back, but keeps the right edge (which cannot
+//          be pulled back) close enough that the first real window takes hold within a round
+//          trip. W then starts at the in-flight estimate rho * (rtt_now + t_buff).
+// SLOW     the buffer is empty (t_buff < probe_below * T, or under one packet): probe, W grows
+//          by growth_per_rtt of itself, by at most probe_step_queue * T of queue (doubling
+//          while it stays empty). Otherwise hold. W never grows far past the phone's in-flight.
+// FAST     W = rho * (rtt + fast_target * T): one bandwidth-delay product plus a small queue;
+//          only lowers W.
+// MONITOR  a drain, W = drain_fraction * rho * rtt_now: a measurement, not a decision. A
+//          standing queue slowly becomes part of min(d) (t_buff then reads low); all flows of
+//          a phone drain together at min_refresh boundaries (one phase per subscriber) and see
+//          the empty buffer. Afterwards W is back where it was before the drain (unless the
+//          drain found a lower min(d): W was sized on a queue).
+//
+// Driven by the engine, per flow whose uplink policy is rsfc (SYN and SYN-ACK included):
+//   every segment from the phone:  on_uplink_segment(now, seg, params)
+//   every segment to the phone:    on_downlink_segment(now, seg, params), before any rewrite;
+//     for an ACK then:  target_window(now, params) -> WindowDecision (regulator.h), and
+//                       on_window_forwarded(now, edge, params) with the right edge advertised.
+//
+// Timestamp-less flows cannot tell their uplink queue from a download's downlink queue: they
+// are regulated, more loosely. The subscriber's shared rate is per rsfcd worker.
 #pragma once
 
 #include <cstddef>
