@@ -174,8 +174,8 @@ uint32_t UplinkRegulator::startup_window(const RsfcParams& p) const {
 
 bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
   min_segments_ = p.min_window_segments;
-  sig_ = measure(now, p);
-  const Signals& s = sig_;
+  const Signals s = measure(now, p);
+  last_ = s;
   next_step_ = now + s.interval;
   if (state_ == RsfcState::kStartup && delivered_.has_sample()) {
     // In flight now, by Little's law on the round trip the phone sees (its queue included).
@@ -204,7 +204,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
 
 UplinkRegulator::Signals UplinkRegulator::measure(Nanos now, const RsfcParams& p) {
   Signals s;
-  s.rtt_now = sig_.rtt_now;
+  s.rtt_now = last_.rtt_now;
   const auto ph = phone_half_min_.get(now, horizon(p));
   const auto sh = server_half_min_.get(now, horizon(p));
   s.server_half = sh ? sh->value : 0;
@@ -266,8 +266,8 @@ Nanos UplinkRegulator::threshold_for(std::optional<Nanos> rtt_min, const RsfcPar
   return std::clamp(rtt_min ? *rtt_min : lo, lo, hi);
 }
 
-Nanos UplinkRegulator::control_interval(const Signals& s, const RsfcParams& p) {
-  const Nanos base = s.rtt ? *s.rtt : s.rtt_min ? *s.rtt_min : 0;
+Nanos UplinkRegulator::control_interval(const Readings& r, const RsfcParams& p) {
+  const Nanos base = r.rtt ? *r.rtt : r.rtt_min ? *r.rtt_min : 0;
   const Nanos hi = std::max(p.max_interval, p.control_interval_floor);
   return std::clamp(base, p.control_interval_floor, hi);
 }

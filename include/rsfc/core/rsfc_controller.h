@@ -115,27 +115,30 @@ class UplinkRegulator {
   bool tick_estimated() const {
     return delay_.tick().quality() == TickEstimator::Quality::kEstimated;
   }
-  std::optional<Nanos> t_buff() const { return sig_.t_buff; }
-  double rate() const { return sig_.rate; }  // rho, bytes/s
-  std::optional<Nanos> rtt_min() const { return sig_.rtt_min; }
-  std::optional<Nanos> rtt_used() const { return sig_.rtt; }
-  Nanos rtt_now() const { return sig_.rtt_now; }
-  Nanos threshold() const { return sig_.threshold; }
+  std::optional<Nanos> t_buff() const { return last_.t_buff; }
+  double rate() const { return last_.rate; }  // rho, bytes/s
+  std::optional<Nanos> rtt_min() const { return last_.rtt_min; }
+  std::optional<Nanos> rtt_used() const { return last_.rtt; }
+  Nanos rtt_now() const { return last_.rtt_now; }
+  Nanos threshold() const { return last_.threshold; }
   // The controller's window; kNoClamp in STARTUP (target_window() then returns the startup
   // clamp).
   uint32_t window() const;
   uint32_t path_rebaselines() const { return path_rebaselines_; }  // see path_check()
 
  private:
-  // What a control step decides on (measure()).
-  struct Signals {
+  // The signals a step leaves for the read-outs and the segment handlers (the interval).
+  struct Readings {
     std::optional<Nanos> t_buff;  // standing queue in the uplink buffer
     Nanos threshold = 0;          // T
-    double rate = 0;              // rho, bytes/s: own_rate capped at the subscriber's share
-    double own_rate = 0;          // the flow's delivered rate, bytes/s (windowed maximum)
+    double rate = 0;              // rho, bytes/s: the own rate capped at the subscriber's share
     std::optional<Nanos> rtt;     // round trip without the own queue, averaged: sizes W
     Nanos rtt_now = 0;            // the same, current; kept until measured anew
     std::optional<Nanos> rtt_min;
+  };
+  // What a control step decides on (measure()).
+  struct Signals : Readings {
+    double own_rate = 0;   // the flow's delivered rate, bytes/s (windowed maximum)
     Nanos phone_half = 0;  // the halves' windowed minima (0: none)
     Nanos server_half = 0;
     Nanos interval = 0;  // I: to the next step
@@ -215,8 +218,8 @@ class UplinkRegulator {
   double drain_min_tb() const;  // < 0: no step in force yet
   PathCheck path_check(Nanos now, double T, const RsfcParams& p) const;
 
-  static Nanos control_interval(const Signals& s, const RsfcParams& p);
-  Nanos interval(const RsfcParams& p) const { return control_interval(sig_, p); }
+  static Nanos control_interval(const Readings& r, const RsfcParams& p);
+  Nanos interval(const RsfcParams& p) const { return control_interval(last_, p); }
   static Nanos lag_window(Nanos interval, const RsfcParams& p);
   static Nanos horizon(const RsfcParams& p) { return p.min_window_horizon; }
   uint32_t startup_window(const RsfcParams& p) const;
@@ -253,8 +256,8 @@ class UplinkRegulator {
   uint32_t min_drops_seen_ = 0;  // delay_.min_drops() the phone_rtt averages were reset for
   uint32_t mss_ = kDefaultMss;
 
-  // The signals of the last step.
-  Signals sig_;
+  // The last step's signals.
+  Readings last_;
 
   // Control state.
   double window_ = 0;            // W, bytes (valid when clamping_)
