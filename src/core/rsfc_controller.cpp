@@ -202,6 +202,7 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
   return s.ready;
 }
 
+// The step's signals, from the estimators as they stand at `now` (the header lists them).
 UplinkRegulator::Signals UplinkRegulator::measure(Nanos now, const RsfcParams& p) {
   Signals s;
   s.rtt_now = last_.rtt_now;
