@@ -736,7 +736,7 @@ class Simulation {
       const uint32_t edge = p.seg.ack + p.wnd;
       if (!f.edge_to_phone_valid || seq_gt(edge, f.edge_to_phone)) f.edge_to_phone = edge;
       f.edge_to_phone_valid = true;
-      if (sc_.uplink == Policy::kRsfc) f.rsfc.on_window_forwarded(now, p.seg.ack, edge, sc_.rsfc);
+      if (sc_.uplink == Policy::kRsfc) f.rsfc.on_window_forwarded(now, edge, sc_.rsfc);
     }
     if (!down_.send(p) && p.seg.payload_len > 0) {
       const Nanos delay = std::max<Nanos>(f.server->srtt, 50 * kMilli);

@@ -168,7 +168,7 @@ class Script {
     const uint32_t edge = ack + static_cast<uint32_t>(w);
     if (!edge_valid_ || seq_gt(edge, edge_)) edge_ = edge;
     edge_valid_ = true;
-    reg_.on_window_forwarded(now, ack, edge, p_);
+    reg_.on_window_forwarded(now, edge, p_);
     if (d.stepped) log_.push_back({now, reg_.window(), reg_.state(), reg_.t_buff()});
     const uint32_t tsv = a.tsval;
     ev_.at(now + m_.down_prop + q_down(now), [this, tsv, edge] {

@@ -79,13 +79,13 @@ void DownlinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const 
     ack_known_ = true;
     ack_high_ = s.ack;
   } else if (seq_gt(s.ack, ack_high_)) {
-    bytes_ += s.ack - ack_high_;
+    interval_.acked += s.ack - ack_high_;
     ack_high_ = s.ack;
-    if (!interval_open_) {
+    if (!interval_.open) {
       // The first data acknowledged opens the first interval.
-      interval_open_ = true;
-      interval_start_ = now;
-      bytes_ = 0;
+      interval_.open = true;
+      interval_.start = now;
+      interval_.acked = 0;
     }
   }
   std::optional<Nanos> sample;
@@ -95,29 +95,26 @@ void DownlinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const 
     sample = phone_probe_.on_ack(now, s.ack);
   }
   if (sample) {
-    sample_sum_ += static_cast<double>(*sample);
-    ++sample_count_;
+    interval_.sample_sum += static_cast<double>(*sample);
+    ++interval_.samples;
   }
 }
 
 void DownlinkRegulator::update(Nanos now, const DrwaParams& p) {
   // RTT_est: the phone-half samples of this interval, averaged, plus the server half.
-  if (sample_count_ > 0) {
+  if (interval_.samples > 0) {
     const auto sh = server_half(now, p);
-    rtt_est_ = sample_sum_ / sample_count_ + static_cast<double>(sh ? *sh : 0);
+    rtt_est_ = interval_.sample_sum / interval_.samples + static_cast<double>(sh ? *sh : 0);
     rtt_min_.update(now, std::llround(rtt_est_), horizon(p));
   }
-  sample_sum_ = 0;
-  sample_count_ = 0;
-  const double elapsed = static_cast<double>(now - interval_start_);
-  rate_ = static_cast<double>(bytes_) * static_cast<double>(kSecond) / elapsed;
+  const double elapsed = static_cast<double>(now - interval_.start);
+  rate_ = static_cast<double>(interval_.acked) * static_cast<double>(kSecond) / elapsed;
   if (updates_ == 0) {
-    cwnd_est_ = static_cast<double>(bytes_);
+    cwnd_est_ = static_cast<double>(interval_.acked);
   } else {
-    cwnd_est_ = p.alpha * cwnd_est_ + (1.0 - p.alpha) * static_cast<double>(bytes_);
+    cwnd_est_ = p.alpha * cwnd_est_ + (1.0 - p.alpha) * static_cast<double>(interval_.acked);
   }
-  bytes_ = 0;
-  interval_start_ = now;
+  interval_.restart(now);
   ++updates_;
   const auto m = rtt_min_.get(now, horizon(p));
   if (!m || rtt_est_ <= 0) return;
@@ -128,20 +125,17 @@ void DownlinkRegulator::update(Nanos now, const DrwaParams& p) {
 
 WindowDecision DownlinkRegulator::target_window(Nanos now, const DrwaParams& p) {
   WindowDecision d;
-  if (interval_open_ && rtt_est_ > 0) {
+  if (interval_.open && rtt_est_ > 0) {
     const Nanos iv = std::max(p.interval_floor, static_cast<Nanos>(rtt_est_));
-    if (now - interval_start_ >= iv) {
-      if (bytes_ > 0 && now - interval_start_ <= kIdleIntervals * iv) {
+    if (now - interval_.start >= iv) {
+      if (interval_.acked > 0 && now - interval_.start <= kIdleIntervals * iv) {
         update(now, p);
         d.stepped = true;
       } else {
         // Nothing received, or a few bytes spread over a long idle stretch: the receiver-side
         // algorithm only runs as data arrives, so an idle flow keeps its window (it must not
         // decay to the floor while idle); the next interval starts now.
-        interval_start_ = now;
-        bytes_ = 0;
-        sample_sum_ = 0;
-        sample_count_ = 0;
+        interval_.restart(now);
       }
     }
   }

@@ -355,7 +355,7 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
     receiver.edge_valid = true;
   }
   if (dir == Direction::kToSubscriber && up_fed) {
-    regs.up.on_window_forwarded(now, v.ack, edge, params_.rsfc);
+    regs.up.on_window_forwarded(now, edge, params_.rsfc);
   }
   count(counters_, dir, result.outcome);
   return result;

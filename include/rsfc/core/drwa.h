@@ -34,7 +34,7 @@
 
 #include "rsfc/core/estimators.h"
 #include "rsfc/core/params.h"
-#include "rsfc/core/rsfc_controller.h"  // WindowDecision
+#include "rsfc/core/regulator.h"
 
 namespace rsfc {
 
@@ -69,22 +69,34 @@ class DownlinkRegulator {
   EchoSampler server_echo_;  // phone TSvals -> server TSecr
   AckProbe phone_probe_;     // timestamp-less phone half
   WindowedMin<4> server_half_min_;
-  WindowedMin<4> rtt_min_;
-  double sample_sum_ = 0;  // phone-half samples of the current interval
-  uint32_t sample_count_ = 0;
-  double rtt_est_ = 0;   // ns, 0 = unknown
-  Nanos rtt_min_v_ = 0;  // RTT_min as of the last update, 0 = unknown
-  double cwnd_est_ = 0;
-  double rwnd_ = 0;
-  double rate_ = 0;
-  uint64_t bytes_ = 0;  // acknowledged by the phone in the current interval
-  Nanos interval_start_ = 0;
+  // The current interval: what the phone acknowledged in it and its phone-half samples.
+  struct Interval {
+    Nanos start = 0;
+    uint64_t acked = 0;     // bytes
+    double sample_sum = 0;  // ns
+    uint32_t samples = 0;
+    bool open = false;  // the first data acknowledged opens the first interval
+    void restart(Nanos now) {
+      start = now;
+      acked = 0;
+      sample_sum = 0;
+      samples = 0;
+    }
+  };
+  Interval interval_;
   uint32_t ack_high_ = 0;
+  // RTT_est and RTT_min, as of the last update (0 = unknown).
+  double rtt_est_ = 0;  // ns
+  WindowedMin<4> rtt_min_;
+  Nanos rtt_min_v_ = 0;
+  // The window and what it is computed from, as of the last update.
+  double cwnd_est_ = 0;  // bytes
+  double rate_ = 0;      // bytes/s
+  double rwnd_ = 0;      // bytes, valid when clamping_
   uint32_t updates_ = 0;
   bool ts_ = false;
   bool ts_decided_ = false;
   bool ack_known_ = false;
-  bool interval_open_ = false;
   bool hs_taken_ = false;
   bool clamping_ = false;
 };

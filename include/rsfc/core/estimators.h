@@ -11,7 +11,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <type_traits>
 
@@ -19,9 +18,6 @@
 #include "rsfc/core/types.h"
 
 namespace rsfc {
-
-// A target window meaning "do not clamp".
-constexpr uint32_t kNoClamp = std::numeric_limits<uint32_t>::max();
 
 // One TCP segment as the regulators see it: the fields of a PacketView they use.
 struct TcpSegment {

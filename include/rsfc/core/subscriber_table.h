@@ -1,5 +1,5 @@
 // Per-subscriber state shared by the regulated uploads of one subscriber address
-// (SubscriberUplink, rsfc_controller.h). Fixed capacity, all memory taken at construction,
+// (SubscriberUplink, regulator.h). Fixed capacity, all memory taken at construction,
 // no allocation afterwards; each entry is held by the flows that reference it and freed with
 // the last of them. The caller supplies the hash (the engine keys it with the flow table's
 // seeded hash, so that hostile addresses cannot pick colliding buckets).
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "rsfc/core/rsfc_controller.h"
+#include "rsfc/core/regulator.h"
 #include "rsfc/core/types.h"
 
 namespace rsfc {
