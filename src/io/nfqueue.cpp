@@ -28,6 +28,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 // clang-format off
 #include <libnetfilter_queue/libnetfilter_queue.h>
@@ -40,6 +41,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "rsfc/io/netlink.h"
 
@@ -95,7 +97,8 @@ std::string bind_hint(int err) {
 }  // namespace
 
 struct NfQueue::Impl {
-  MnlSocket sock;
+  MnlSocket sock;    // the kernel's queue (open())
+  int stub_fd = -1;  // or a stand-in for the kernel (attach()); owned
   Options opts;
   QueueCounters own_counters;
   QueueCounters* counters = nullptr;
@@ -117,6 +120,16 @@ struct NfQueue::Impl {
   uint32_t last_id = 0;
   int last_kernel_error = 0;
   int rcvbuf_granted = 0;
+
+  ~Impl() {
+    if (stub_fd >= 0) ::close(stub_fd);
+  }
+  int fd() const { return sock.is_open() ? sock.fd() : stub_fd; }
+  bool is_open() const { return sock.is_open() || stub_fd >= 0; }
+  // One message (or batch of messages) to the kernel: 0 or an errno.
+  int send_raw(std::span<const uint8_t> buf);
+  size_t tx_cap_wanted() const;
+  Expected<void> alloc_buffers(size_t sndbuf_granted);
 
   // Called with every packet message; `fn` null means "accept it now" (open/close paths).
   void handle_datagram(uint8_t* buf, size_t len, PacketFn fn, void* ctx, size_t& packets,
@@ -214,6 +227,20 @@ void NfQueue::Impl::handle_datagram(uint8_t* buf, size_t len, PacketFn fn, void*
   }
 }
 
+int NfQueue::Impl::send_raw(std::span<const uint8_t> buf) {
+  if (opts.send_fault) {
+    if (const int err = opts.send_fault(); err != 0) return err;
+  }
+  if (sock.is_open()) {
+    auto r = sock.send(buf);
+    return r ? 0 : (r.error().code != 0 ? r.error().code : EIO);
+  }
+  for (;;) {
+    if (::send(stub_fd, buf.data(), buf.size(), MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) return 0;
+    if (errno != EINTR) return errno;
+  }
+}
+
 Expected<void> NfQueue::Impl::add_verdict(uint32_t id, uint32_t verdict,
                                           std::span<const uint8_t> payload) {
   if (payload.size() > kMaxVerdictPayload) {
@@ -238,10 +265,9 @@ Expected<void> NfQueue::Impl::add_verdict(uint32_t id, uint32_t verdict,
 
 Expected<void> NfQueue::Impl::flush() {
   if (tx_len == 0) return {};
-  auto r = sock.send({tx.get(), tx_len});
-  if (!r) {
+  if (const int err = send_raw({tx.get(), tx_len}); err != 0) {
     counters->send_errors.add();
-    return Error{r.error().code, queue_name(opts.queue_num) + ": " + r.error().message};
+    return Error{err, queue_name(opts.queue_num) + ": netlink send: " + std::strerror(err)};
   }
   counters->verdicts_sent.add(tx_count);
   counters->verdicts_with_payload.add(tx_with_payload);
@@ -268,7 +294,40 @@ Expected<void> NfQueue::Impl::send_config(bool bind, uint32_t seq) {
   // The mask names the flags this message sets or clears: both are set explicitly.
   mnl_attr_put_u32(nlh, NFQA_CFG_FLAGS, htonl(flags));
   mnl_attr_put_u32(nlh, NFQA_CFG_MASK, htonl(NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO));
-  return sock.send({buf, nlh->nlmsg_len});
+  if (const int err = send_raw({buf, nlh->nlmsg_len}); err != 0) {
+    return Error{err, std::string("netlink send: ") + std::strerror(err)};
+  }
+  return {};
+}
+
+size_t NfQueue::Impl::tx_cap_wanted() const {
+  // Room for a batch of MTU-sized modified packets, and always for one maximal verdict.
+  return std::min<size_t>(size_t{opts.batch_size} * 1664, 4u << 20) + kVerdictBase +
+         MNL_ATTR_HDRLEN + MNL_ALIGN(kMaxVerdictPayload);
+}
+
+Expected<void> NfQueue::Impl::alloc_buffers(size_t sndbuf_granted) {
+  // Buffers, allocated once (uninitialised: pages are touched only when used).
+  const uint32_t batch = opts.batch_size;
+  const size_t range = opts.copy_range == 0 ? 0 : std::min(opts.copy_range, kMaxCopyRange);
+  slot_size = MNL_ALIGN(range) + kRxOverhead;
+  rx = std::make_unique_for_overwrite<uint8_t[]>(slot_size * batch);
+  iovs.resize(batch);
+  msgs.resize(batch);
+  for (uint32_t i = 0; i < batch; ++i) {
+    iovs[i] = {rx.get() + i * slot_size, slot_size};
+    msgs[i] = {};
+    msgs[i].msg_hdr.msg_iov = &iovs[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+  }
+  // netlink_sendmsg refuses messages larger than sk_sndbuf - 32.
+  const size_t max_send = sndbuf_granted > 64 ? sndbuf_granted - 64 : 0;
+  tx_cap = std::min(tx_cap_wanted(), max_send);
+  if (tx_cap < kVerdictBase + MNL_ATTR_HDRLEN + MNL_ALIGN(kMaxVerdictPayload)) {
+    return Error{ENOBUFS, "socket send buffer too small (" + std::to_string(sndbuf_granted) + ")"};
+  }
+  tx = std::make_unique_for_overwrite<uint8_t[]>(tx_cap);
+  return {};
 }
 
 Expected<NfQueue> NfQueue::open(const Options& opts) {
@@ -297,31 +356,9 @@ Expected<NfQueue> NfQueue::open(const Options& opts) {
   (void)impl->sock.set_netlink_option(NETLINK_EXT_ACK, 1, "NETLINK_EXT_ACK");
   (void)impl->sock.set_netlink_option(NETLINK_CAP_ACK, 1, "NETLINK_CAP_ACK");
 
-  // Buffers, allocated once (uninitialised: pages are touched only when used).
-  const uint32_t batch = impl->opts.batch_size;
-  const size_t range = opts.copy_range == 0 ? 0 : std::min(opts.copy_range, kMaxCopyRange);
-  impl->slot_size = MNL_ALIGN(range) + kRxOverhead;
-  impl->rx = std::make_unique_for_overwrite<uint8_t[]>(impl->slot_size * batch);
-  impl->iovs.resize(batch);
-  impl->msgs.resize(batch);
-  for (uint32_t i = 0; i < batch; ++i) {
-    impl->iovs[i] = {impl->rx.get() + i * impl->slot_size, impl->slot_size};
-    impl->msgs[i] = {};
-    impl->msgs[i].msg_hdr.msg_iov = &impl->iovs[i];
-    impl->msgs[i].msg_hdr.msg_iovlen = 1;
-  }
-  // Room for a batch of MTU-sized modified packets, and always for one maximal verdict.
-  impl->tx_cap = std::min<size_t>(size_t{batch} * 1664, 4u << 20) + kVerdictBase + MNL_ATTR_HDRLEN +
-                 MNL_ALIGN(kMaxVerdictPayload);
-  auto snd = impl->sock.set_sndbuf(static_cast<int>(impl->tx_cap + 65536));
+  auto snd = impl->sock.set_sndbuf(static_cast<int>(impl->tx_cap_wanted() + 65536));
   if (!snd) return fail(snd.error());
-  // netlink_sendmsg refuses messages larger than sk_sndbuf - 32.
-  const size_t max_send = static_cast<size_t>(*snd) > 64 ? static_cast<size_t>(*snd) - 64 : 0;
-  impl->tx_cap = std::min(impl->tx_cap, max_send);
-  if (impl->tx_cap < kVerdictBase + MNL_ATTR_HDRLEN + MNL_ALIGN(kMaxVerdictPayload)) {
-    return Error{ENOBUFS, name + ": socket send buffer too small (" + std::to_string(*snd) + ")"};
-  }
-  impl->tx = std::make_unique_for_overwrite<uint8_t[]>(impl->tx_cap);
+  if (auto r = impl->alloc_buffers(static_cast<size_t>(*snd)); !r) return fail(r.error());
 
   // Bind + params + maxlen + flags in one message, then wait for its ACK.
   const uint32_t seq = static_cast<uint32_t>(monotonic_ms()) | 1u;
@@ -359,6 +396,22 @@ Expected<NfQueue> NfQueue::open(const Options& opts) {
   return NfQueue(std::move(impl));
 }
 
+Expected<NfQueue> NfQueue::attach(const Options& opts, int fd) {
+  auto impl = std::make_unique<Impl>();
+  impl->stub_fd = fd;  // owned from here on, also on the error paths
+  impl->opts = opts;
+  impl->opts.batch_size = std::max<uint32_t>(1, opts.batch_size);
+  impl->counters = opts.counters != nullptr ? opts.counters : &impl->own_counters;
+  int snd = static_cast<int>(impl->tx_cap_wanted() + 65536);
+  socklen_t len = sizeof(snd);
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, len) < 0 ||
+      getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, &len) < 0) {
+    return Error::from_errno(errno, queue_name(opts.queue_num) + ": SO_SNDBUF");
+  }
+  if (auto r = impl->alloc_buffers(static_cast<size_t>(snd)); !r) return r.error();
+  return NfQueue(std::move(impl));
+}
+
 NfQueue::NfQueue(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 NfQueue::NfQueue() = default;
 NfQueue::NfQueue(NfQueue&&) noexcept = default;
@@ -374,7 +427,7 @@ NfQueue::~NfQueue() {
 }
 
 int NfQueue::fd() const {
-  return impl_ ? impl_->sock.fd() : -1;
+  return impl_ ? impl_->fd() : -1;
 }
 uint16_t NfQueue::queue_num() const {
   return impl_ ? impl_->opts.queue_num : 0;
@@ -383,7 +436,7 @@ uint32_t NfQueue::portid() const {
   return impl_ ? impl_->sock.portid() : 0;
 }
 bool NfQueue::is_open() const {
-  return impl_ && impl_->sock.is_open();
+  return impl_ && impl_->is_open();
 }
 const QueueCounters& NfQueue::counters() const {
   return *impl_->counters;
@@ -406,7 +459,7 @@ Expected<NfQueue::RecvResult> NfQueue::receive_impl(size_t max_packets, PacketFn
       static_cast<unsigned>(std::clamp<size_t>(max_packets, 1, q.opts.batch_size));
   int n = -1;
   for (int attempt = 0; attempt < 4; ++attempt) {
-    n = recvmmsg(q.sock.fd(), q.msgs.data(), vlen, MSG_DONTWAIT, nullptr);
+    n = recvmmsg(q.fd(), q.msgs.data(), vlen, MSG_DONTWAIT, nullptr);
     if (n >= 0) break;
     if (errno == EAGAIN) {
       res.would_block = true;
@@ -452,10 +505,9 @@ Expected<void> NfQueue::set_maxlen(uint32_t maxlen) {
   alignas(nlmsghdr) uint8_t buf[256] = {};
   nlmsghdr* nlh = nfq_nlmsg_put(as_chars(buf), NFQNL_MSG_CONFIG, q.opts.queue_num);
   nfq_nlmsg_cfg_put_qmaxlen(nlh, maxlen);
-  auto r = q.sock.send({buf, nlh->nlmsg_len});
-  if (!r)
-    return Error{r.error().code,
-                 queue_name(q.opts.queue_num) + ": set maxlen: " + r.error().message};
+  if (const int err = q.send_raw({buf, nlh->nlmsg_len}); err != 0) {
+    return Error{err, queue_name(q.opts.queue_num) + ": set maxlen: " + std::strerror(err)};
+  }
   q.opts.maxlen = maxlen;
   return {};
 }
@@ -498,7 +550,7 @@ Expected<size_t> NfQueue::drain_impl(PacketFn fn, void* ctx, int quiet_ms, int t
       }
       if (!waiting) break;
     }
-    pollfd pfd{q.sock.fd(), POLLIN, 0};
+    pollfd pfd{q.fd(), POLLIN, 0};
     (void)poll(&pfd, 1, 10);
   }
   close();
@@ -507,17 +559,18 @@ Expected<size_t> NfQueue::drain_impl(PacketFn fn, void* ctx, int quiet_ms, int t
 }
 
 void NfQueue::close() {
-  if (!impl_ || !impl_->sock.is_open()) return;
+  if (!impl_ || !impl_->is_open()) return;
   Impl& q = *impl_;
   (void)q.flush();
   if (q.bound) {
     alignas(nlmsghdr) uint8_t buf[256] = {};
     nlmsghdr* nlh = nfq_nlmsg_put(as_chars(buf), NFQNL_MSG_CONFIG, q.opts.queue_num);
     nfq_nlmsg_cfg_put_cmd(nlh, AF_UNSPEC, NFQNL_CFG_CMD_UNBIND);
-    (void)q.sock.send({buf, nlh->nlmsg_len});
+    (void)q.send_raw({buf, nlh->nlmsg_len});
     q.bound = false;
   }
   q.sock.close();
+  if (q.stub_fd >= 0) ::close(std::exchange(q.stub_fd, -1));
 }
 
 std::vector<KernelQueueStats> parse_kernel_queue_stats(std::string_view text) {

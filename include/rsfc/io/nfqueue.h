@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -55,6 +56,9 @@ class NfQueue {
     bool gso = false;                   // NFQA_CFG_F_GSO: see nfqueue.cpp (rsfcd: false)
     uint32_t batch_size = 64;           // receive buffers preallocated (max per receive)
     QueueCounters* counters = nullptr;  // not owned; must outlive the queue; may be null
+    // Test seam: called before every message sent to the kernel; a non-zero errno fails
+    // that send as sendmsg would (ENOBUFS, EAGAIN ...). Empty in the daemon.
+    std::function<int()> send_fault = {};
   };
 
   struct RecvResult {
@@ -66,6 +70,10 @@ class NfQueue {
   // with NLM_F_ACK, then reads the ACK. A queue bound by another process, an unsupported
   // flag etc. is an Error whose message names the queue.
   static Expected<NfQueue> open(const Options& opts);
+  // Test seam: a queue over `fd` (one end of a socketpair standing in for the kernel): it
+  // receives packet messages from it and sends verdict and config messages to it. Nothing
+  // is bound. The queue owns fd (closed with the queue, also when attach fails).
+  static Expected<NfQueue> attach(const Options& opts, int fd);
 
   NfQueue();  // a closed queue (is_open() == false)
   NfQueue(NfQueue&&) noexcept;
