@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "rsfc/io/io_metrics.h"
+
 namespace rsfc {
 namespace {
 
@@ -182,6 +184,230 @@ TEST(NfQueueVerdicts, AcceptAndRewriteThroughTheFakeKernel) {
   EXPECT_EQ(v[1].payload.size(), 60u);
   EXPECT_EQ(v[1].payload.back(), 0x02 ^ 0xff);
   EXPECT_EQ(q.counters().verdicts_sent.get(), 3u);
+}
+
+// A transient failure (one ENOBUFS) is retried at once: the rewritten packet still goes back
+// rewritten, in the same flush.
+TEST(NfQueueVerdicts, TransientSendFailureIsRetried) {
+  FakeKernel k;
+  Faults f{.fail_next = 1};
+  NfQueue q = attach(k, {.send_fault = f.hook()});
+  for (uint32_t id = 1; id <= 3; ++id) k.send_packet(id);
+  verdict_all(q);
+  EXPECT_TRUE(q.flush().has_value());
+  const auto v = k.verdicts();
+  ASSERT_EQ(ids(v), (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_EQ(v[1].payload.size(), 60u) << "retried as built";
+  EXPECT_EQ(f.sends, 2);
+  EXPECT_EQ(q.pending_verdicts(), 0u);
+  EXPECT_EQ(q.faults().send_failures.get(), 1u);
+  EXPECT_EQ(q.faults().payload_fallbacks.get(), 0u);
+  EXPECT_EQ(q.counters().verdicts_with_payload.get(), 1u);
+}
+
+// The batch as built cannot be sent (every try fails): the same verdicts go out without
+// their payloads (the rewritten packet leaves unchanged) instead of waiting in the kernel.
+TEST(NfQueueVerdicts, UnsendableBatchFallsBackToPlainAccept) {
+  FakeKernel k;
+  Faults f{.fail_next = 3};
+  NfQueue q = attach(k, {.send_fault = f.hook()});
+  for (uint32_t id = 1; id <= 3; ++id) k.send_packet(id);
+  verdict_all(q);
+  EXPECT_TRUE(q.flush().has_value());
+  const auto v = k.verdicts();
+  ASSERT_EQ(ids(v), (std::vector<uint32_t>{1, 2, 3}));
+  for (const auto& x : v) {
+    EXPECT_EQ(x.verdict, kNfAccept) << x.id;
+    EXPECT_TRUE(x.payload.empty()) << x.id;
+  }
+  EXPECT_EQ(f.sends, 4) << "3 tries as built, 1 plain";
+  EXPECT_EQ(q.pending_verdicts(), 0u);
+  EXPECT_EQ(q.counters().verdicts_sent.get(), 3u);
+  EXPECT_EQ(q.counters().verdicts_with_payload.get(), 0u);
+  EXPECT_EQ(q.faults().send_failures.get(), 3u);
+  EXPECT_EQ(q.faults().payload_fallbacks.get(), 1u) << "packet 2 went back unchanged";
+  EXPECT_EQ(q.faults().verdicts_lost.get(), 0u);
+}
+
+// Sends that keep failing are retried a bounded number of times: the verdicts stay pending
+// for the next flushes (the daemon flushes at every batch and every second), then are given
+// up, so that one broken batch never blocks the ones after it.
+TEST(NfQueueVerdicts, PersistentSendFailureIsBounded) {
+  FakeKernel k;
+  Faults f{.fail_next = -1};
+  NfQueue q = attach(k, {.send_fault = f.hook()});
+  for (uint32_t id = 1; id <= 3; ++id) k.send_packet(id);
+  verdict_all(q);
+  EXPECT_FALSE(q.flush().has_value());
+  EXPECT_EQ(q.pending_verdicts(), 3u) << "kept for the next flush";
+  EXPECT_FALSE(q.flush().has_value());
+  EXPECT_EQ(q.pending_verdicts(), 3u);
+  EXPECT_FALSE(q.flush().has_value());
+  EXPECT_EQ(q.pending_verdicts(), 0u) << "given up after 3 flushes";
+  EXPECT_EQ(f.sends, 3 + 3 + 3 + 3) << "as built and plain in the first flush, plain after";
+  EXPECT_TRUE(k.verdicts().empty());
+  EXPECT_EQ(q.faults().send_failures.get(), 12u);
+  EXPECT_EQ(q.faults().payload_fallbacks.get(), 1u);
+  EXPECT_EQ(q.faults().verdicts_lost.get(), 3u);
+
+  // The socket works again: new packets get their verdicts as usual.
+  f.fail_next = 0;
+  k.send_packet(4);
+  verdict_all(q);
+  EXPECT_TRUE(q.flush().has_value());
+  EXPECT_EQ(ids(k.verdicts()), (std::vector<uint32_t>{4}));
+}
+
+// A datagram larger than the receive slot arrives cut (MSG_TRUNC). Its packets cannot be
+// processed, but the headers that did arrive name them: each gets a plain ACCEPT.
+TEST(NfQueueVerdicts, TruncatedDatagramAcceptsEveryPacketItNames) {
+  FakeKernel k;
+  // copy_range 64: receive slots of 64 + 8192 bytes.
+  NfQueue q = attach(k, {.copy_range = 64});
+  k.send_packet(10, 9000);  // one packet message, cut
+  std::vector<uint8_t> two;
+  FakeKernel::put_packet(two, 11, 100);   // whole
+  FakeKernel::put_packet(two, 12, 9000);  // cut
+  k.send(two);
+  k.send_packet(13, 60);  // an ordinary one after them
+  std::vector<uint32_t> seen;
+  auto r = q.receive(64, [&](const NfqPacket& p) {
+    seen.push_back(p.id);
+    (void)q.add_verdict(p.id, kNfAccept);
+  });
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(seen, (std::vector<uint32_t>{13})) << "cut datagrams are never processed";
+  ASSERT_TRUE(q.flush().has_value());
+  const auto v = k.verdicts();
+  EXPECT_EQ(ids(v), (std::vector<uint32_t>{10, 11, 12, 13}));
+  for (const auto& x : v) {
+    EXPECT_EQ(x.verdict, kNfAccept) << x.id;
+    EXPECT_TRUE(x.payload.empty()) << x.id;
+  }
+  EXPECT_EQ(q.faults().truncated_datagrams.get(), 2u);
+  EXPECT_EQ(q.faults().truncated_accepted.get(), 3u);
+  EXPECT_EQ(q.counters().packets_received.get(), 4u);
+}
+
+// While sends fail, verdicts keep coming (one per packet, large rewritten payloads that
+// fill the batch buffer again and again): each one is recorded, and in the end every
+// packet is accounted for - sent, or given up and counted - never silently dropped.
+TEST(NfQueueVerdicts, EveryVerdictIsAccountedForWhileSendsFail) {
+  FakeKernel k;
+  Faults f{.fail_next = -1};
+  NfQueue q = attach(k, {.batch_size = 4, .send_fault = f.hook()});
+  const std::vector<uint8_t> big(60000, 0x45);
+  for (uint32_t id = 1; id <= 40; ++id) {
+    const size_t before = q.pending_verdicts() + q.faults().verdicts_lost.get();
+    (void)q.add_verdict(id, kNfAccept, big);
+    EXPECT_EQ(q.pending_verdicts() + q.faults().verdicts_lost.get(), before + 1) << id;
+  }
+  f.fail_next = 0;
+  ASSERT_TRUE(q.flush().has_value());
+  EXPECT_EQ(k.verdicts().size() + q.faults().verdicts_lost.get(), 40u);
+  EXPECT_GT(q.faults().verdicts_lost.get(), 0u) << "the buffer did overflow in this test";
+}
+
+TEST(NfQueueVerdicts, FaultCountersAreOnTheMetricsPage) {
+  VerdictFaultCounters q0, q3;
+  q0.send_failures.add(4);
+  q3.verdicts_lost.add(2);
+  q3.truncated_accepted.add(1);
+  const std::string page = render_io_metrics({{0, &q0}, {3, &q3}, {5, nullptr}});
+  EXPECT_NE(page.find("# TYPE rsfcd_verdict_send_failures_total counter\n"), std::string::npos);
+  EXPECT_NE(page.find("\nrsfcd_verdict_send_failures_total{queue=\"0\"} 4\n"), std::string::npos);
+  EXPECT_NE(page.find("\nrsfcd_verdicts_lost_total{queue=\"3\"} 2\n"), std::string::npos);
+  EXPECT_NE(page.find("\nrsfcd_queue_truncated_packets_accepted_total{queue=\"3\"} 1\n"),
+            std::string::npos);
+  EXPECT_EQ(page.find("queue=\"5\""), std::string::npos);
+  EXPECT_EQ(page.back(), '\n');
+}
+
+// ---- The same against the kernel, in a private network namespace (root) --------------------
+
+// A UDP socket on 127.0.0.1 (port 0: unbound sender).
+struct LoopbackUdp {
+  int fd = -1;
+  explicit LoopbackUdp(uint16_t port) : fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (port != 0 && bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  ~LoopbackUdp() {
+    if (fd >= 0) close(fd);
+  }
+  void send_to(uint16_t port, const std::string& text) const {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    (void)sendto(fd, text.data(), text.size(), 0, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  }
+  std::vector<std::string> receive_all(int wait_ms) const {
+    std::vector<std::string> out;
+    pollfd p{fd, POLLIN, 0};
+    char buf[2048];
+    while (poll(&p, 1, wait_ms) > 0) {
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n < 0) break;
+      out.emplace_back(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+};
+
+// The kernel refuses nothing here; the first three verdict sends fail as if sendmsg had
+// returned ENOBUFS. The three rewritten packets must still leave, unchanged.
+TEST(NfQueueKernelFaults, UnsendableRewritesLeaveUnchanged) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  std::string skip;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      skip = std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno);
+      return;
+    }
+    if (std::system("ip link set lo up") != 0 ||
+        std::system("iptables-legacy -w -A OUTPUT -o lo -p udp --dport 9 "
+                    "-j NFQUEUE --queue-num 8 2>/dev/null") != 0) {
+      skip = "ip / iptables-legacy NFQUEUE not available";
+      return;
+    }
+    Faults f;
+    auto q = NfQueue::open({.queue_num = 8, .batch_size = 16, .send_fault = f.hook()});
+    ASSERT_TRUE(q.has_value()) << q.error().message;
+    LoopbackUdp rx(9), tx(0);
+    ASSERT_GE(rx.fd, 0);
+    for (int i = 1; i <= 3; ++i) tx.send_to(9, "packet-" + std::to_string(i));
+    size_t got = 0;
+    for (int i = 0; i < 100 && got < 3; ++i) {
+      pollfd p{q->fd(), POLLIN, 0};
+      poll(&p, 1, 20);
+      auto r = q->receive(16, [&](const NfqPacket& pk) {
+        ++got;
+        if (pk.data.size() != 20 + 8 + 8) return;  // IPv4 + UDP + "packet-N"; else no verdict
+        std::vector<uint8_t> mod(pk.data.begin(), pk.data.end());
+        mod[35] = 'X';
+        mod[26] = mod[27] = 0;  // UDP checksum 0: none
+        (void)q->add_verdict(pk.id, kNfAccept, mod);
+      });
+      ASSERT_TRUE(r.has_value());
+    }
+    ASSERT_EQ(got, 3u);
+    f.fail_next = 3;
+    EXPECT_TRUE(q->flush().has_value());
+    EXPECT_EQ(rx.receive_all(200), (std::vector<std::string>{"packet-1", "packet-2", "packet-3"}));
+    EXPECT_EQ(q->faults().payload_fallbacks.get(), 3u);
+    EXPECT_EQ(q->faults().verdicts_lost.get(), 0u);
+    EXPECT_EQ(q->counters().send_errors.get(), 3u);
+    EXPECT_EQ(q->last_kernel_error(), 0);
+  });
+  t.join();
+  if (!skip.empty()) GTEST_SKIP() << skip;
 }
 
 }  // namespace

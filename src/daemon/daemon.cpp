@@ -26,6 +26,7 @@
 #include "rsfc/io/decision_log.h"
 #include "rsfc/io/event_loop.h"
 #include "rsfc/io/http_metrics.h"
+#include "rsfc/io/io_metrics.h"
 #include "rsfc/io/log.h"
 #include "rsfc/io/nfqueue.h"
 #include "rsfc/version.h"
@@ -105,6 +106,7 @@ class Worker {
   uint32_t portid() const { return portid_; }
   const CoreCounters& core_counters() const { return engine_.counters(); }
   QueueCounters& io_counters() { return io_; }
+  const VerdictFaultCounters& faults() const { return faults_; }
 
   // Start-up, on the main thread: opens the queue, the decision log and the event loop.
   Expected<void> open(const Config& cfg) {
@@ -117,6 +119,7 @@ class Worker {
     o.gso = false;  // see nfqueue.cpp: the kernel segments and completes checksums for us
     o.batch_size = cfg.batch_size;
     o.counters = &io_;
+    o.faults = &faults_;
     auto base = EventBase::create();
     if (!base) return base.error();
     base_ = std::move(base).value();
@@ -242,6 +245,7 @@ class Worker {
   }
 
   void on_tick() {
+    (void)nfq_.flush();  // verdicts a failed flush kept get their next try (counted if lost)
     engine_.expire(monotonic_now());
     if (dlog_) {
       if (auto r = dlog_->flush(); !r)
@@ -318,6 +322,7 @@ class Worker {
   const uint32_t batch_;
   uint32_t portid_ = 0;
   QueueCounters io_;
+  VerdictFaultCounters faults_;
   Engine engine_;
   std::unique_ptr<DecisionLogFile> dlog_;
   NfQueue nfq_;
@@ -482,7 +487,9 @@ class Daemon {
     std::vector<QueueMetricsView> views;
     views.reserve(workers_.size());
     for (auto& w : workers_) views.push_back({w->queue(), &w->core_counters(), &w->io_counters()});
-    return render_prometheus(views, RSFC_VERSION);
+    std::vector<QueueFaultsView> faults;
+    for (auto& w : workers_) faults.push_back({w->queue(), &w->faults()});
+    return render_prometheus(views, RSFC_VERSION) + render_io_metrics(faults);
   }
 
   std::string path_;
