@@ -313,7 +313,7 @@ TEST(NfQueueVerdicts, FaultCountersAreOnTheMetricsPage) {
   q0.send_failures.add(4);
   q3.verdicts_lost.add(2);
   q3.truncated_accepted.add(1);
-  const std::string page = render_io_metrics({{0, &q0}, {3, &q3}, {5, nullptr}});
+  const std::string page = render_io_metrics({{0, &q0}, {3, &q3}, {5, nullptr}}, nullptr);
   EXPECT_NE(page.find("# TYPE rsfcd_verdict_send_failures_total counter\n"), std::string::npos);
   EXPECT_NE(page.find("\nrsfcd_verdict_send_failures_total{queue=\"0\"} 4\n"), std::string::npos);
   EXPECT_NE(page.find("\nrsfcd_verdicts_lost_total{queue=\"3\"} 2\n"), std::string::npos);

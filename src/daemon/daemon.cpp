@@ -489,7 +489,7 @@ class Daemon {
     for (auto& w : workers_) views.push_back({w->queue(), &w->core_counters(), &w->io_counters()});
     std::vector<QueueFaultsView> faults;
     for (auto& w : workers_) faults.push_back({w->queue(), &w->faults()});
-    return render_prometheus(views, RSFC_VERSION) + render_io_metrics(faults);
+    return render_prometheus(views, RSFC_VERSION) + render_io_metrics(faults, http_.counters());
   }
 
   std::string path_;
