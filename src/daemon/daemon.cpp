@@ -28,6 +28,7 @@
 #include "rsfc/io/io_metrics.h"
 #include "rsfc/io/log.h"
 #include "rsfc/io/nfqueue.h"
+#include "rsfc/io/privileges.h"
 #include "rsfc/io/systemd_notify.h"
 #include "rsfc/version.h"
 
@@ -394,6 +395,7 @@ class Daemon {
         return fail(r.error());
       }
     }
+    drop_privileges_after_bind();  // before any thread starts: threads inherit the sets
     for (auto& w : workers_) w->start();
 
     std::string qs;
@@ -429,6 +431,21 @@ class Daemon {
   int fail(const Error& e) {
     log::error("%s", e.message.c_str());
     return kExitFailure;
+  }
+
+  // Queues and the metrics socket are bound: keep CAP_NET_ADMIN only (and the metrics port's
+  // CAP_NET_BIND_SERVICE), the uid unchanged (see privileges.h).
+  void drop_privileges_after_bind() {
+    const auto addr = parse_listen_address(running_.metrics_listen);
+    const bool low_port = addr && addr->port != 0 && addr->port < 1024;
+    auto p = drop_privileges({.keep_bind_service = low_port});
+    if (!p) {
+      log::error("%s; running on with the privileges it was started with",
+                 p.error().message.c_str());
+      return;
+    }
+    log::info("privileges: kept %s, bounding set %s, no_new_privs",
+              capability_names(p->effective).c_str(), capability_names(p->bounding).c_str());
   }
 
   // Type=notify with WatchdogSec=: WATCHDOG=1 every quarter interval, but only while every
