@@ -4,6 +4,9 @@
 
 #include <map>
 #include <random>
+#include <set>
+
+#include "rsfc/core/flow_table.h"
 
 namespace rsfc {
 namespace {
@@ -75,6 +78,40 @@ TEST(SubscriberTable, CollidingHashesSurviveDeletionsInAnyOrder) {
     for (const auto& [n, idx] : model) {
       const uint32_t h = (n % 3 == 0) ? 3u : 3u + n;
       EXPECT_EQ(t.acquire(addr(n), h), idx) << "address " << n << " lost, seed " << seed;
+    }
+  }
+}
+
+// The engine keys subscriber entries with the flow table's seeded hash of the subscriber's
+// family and address (engine.cpp, join_subscriber). IPv6 subscribers each hold their own /64
+// and choose their interface ID: whatever ID they pick, different /64s must spread over the
+// table's buckets under every seed. At 0dc02fb the interface ID entered the hash unseeded,
+// and one chosen ID put every /64 in the same bucket.
+TEST(SubscriberTable, ChosenInterfaceIdsDoNotShareABucket) {
+  const uint8_t chosen_iids[][8] = {{0, 0, 0, 0, 0, 0, 0, 1},
+                                    {0xdb, 0x28, 0xb4, 0xa0, 0xd1, 0x7e, 0x03, 0xe7},
+                                    {0xda, 0x28, 0xb4, 0xa0, 0xd1, 0x7e, 0x03, 0xe7},
+                                    {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}};
+  for (uint64_t seed : {1ull, 0x5eedull, 0x0123456789abcdefull}) {
+    const FlowTable hasher(1, seed);
+    for (const auto& iid : chosen_iids) {
+      std::set<uint32_t> buckets;
+      for (uint32_t n = 0; n < 256; ++n) {
+        FlowKey k;  // as join_subscriber builds it: the family and the address alone
+        k.family = 6;
+        k.sub_addr = {0x2a,
+                      0x00,
+                      0x12,
+                      0x34,
+                      0x56,
+                      0x78,
+                      static_cast<uint8_t>(n >> 8),
+                      static_cast<uint8_t>(n)};
+        std::copy(iid, iid + 8, k.sub_addr.begin() + 8);
+        buckets.insert(hasher.hash(k) & 4095);  // a 2048-subscriber table's 4096 buckets
+      }
+      // 256 keys into 4096 buckets: about 8 shared by chance; a seed-free flaw shares all.
+      EXPECT_GE(buckets.size(), 230u) << "seed " << seed << " iid byte0 " << int{iid[0]};
     }
   }
 }

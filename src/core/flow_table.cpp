@@ -5,27 +5,9 @@
 #include <stdexcept>
 
 namespace rsfc {
-namespace {
 
-uint64_t load64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// 64x64 -> 128 multiply folded to 64 bits (the wyhash mixing step).
-uint64_t mix(uint64_t a, uint64_t b) {
-  __extension__ using u128 = unsigned __int128;
-  const u128 r = static_cast<u128>(a) * b;
-  return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
-}
-
-constexpr uint64_t kP0 = 0xa0761d6478bd642full, kP1 = 0xe7037ed1a0b428dbull,
-                   kP2 = 0x8ebc6af09c88c6e3ull, kP3 = 0x589965cc75374cc3ull;
-
-}  // namespace
-
-FlowTable::FlowTable(uint32_t capacity, uint64_t seed) : capacity_(capacity), seed_(seed) {
+FlowTable::FlowTable(uint32_t capacity, uint64_t seed)
+    : capacity_(capacity), key_(sip_key_from_seed(seed)) {
   if (capacity == 0) throw std::invalid_argument("flow table capacity must be > 0");
   // Load factor <= 0.5 keeps linear-probe chains short.
   const uint64_t buckets =
@@ -36,12 +18,15 @@ FlowTable::FlowTable(uint32_t capacity, uint64_t seed) : capacity_(capacity), se
 }
 
 uint32_t FlowTable::hash(const FlowKey& k) const {
-  const uint8_t* s = k.sub_addr.data();
-  const uint8_t* p = k.peer_addr.data();
-  uint64_t h = mix(load64(s) ^ kP0 ^ seed_, load64(s + 8) ^ kP1);
-  h = mix(h ^ load64(p) ^ kP2, load64(p + 8) ^ kP3 ^ seed_);
-  const uint64_t ports = (uint64_t{k.sub_port} << 32) | (uint64_t{k.peer_port} << 16) | k.family;
-  h = mix(h ^ ports ^ kP1, seed_ ^ kP0);
+  // Every byte of the key, laid out without padding: both addresses whole (the IPv6
+  // interface IDs included), both ports, the family.
+  std::array<uint8_t, kKeyBytes> b;
+  std::memcpy(b.data(), k.sub_addr.data(), 16);
+  std::memcpy(b.data() + 16, k.peer_addr.data(), 16);
+  std::memcpy(b.data() + 32, &k.sub_port, 2);
+  std::memcpy(b.data() + 34, &k.peer_port, 2);
+  b[36] = k.family;
+  const uint64_t h = siphash13(key_, b);
   return static_cast<uint32_t>(h ^ (h >> 32));
 }
 

@@ -5,7 +5,6 @@
 #include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,8 +25,11 @@
 #include "rsfc/io/decision_log.h"
 #include "rsfc/io/event_loop.h"
 #include "rsfc/io/http_metrics.h"
+#include "rsfc/io/io_metrics.h"
 #include "rsfc/io/log.h"
 #include "rsfc/io/nfqueue.h"
+#include "rsfc/io/privileges.h"
+#include "rsfc/io/systemd_notify.h"
 #include "rsfc/version.h"
 
 namespace rsfc {
@@ -105,6 +107,8 @@ class Worker {
   uint32_t portid() const { return portid_; }
   const CoreCounters& core_counters() const { return engine_.counters(); }
   QueueCounters& io_counters() { return io_; }
+  const VerdictFaultCounters& faults() const { return faults_; }
+  const Heartbeat& heartbeat() const { return heartbeat_; }
 
   // Start-up, on the main thread: opens the queue, the decision log and the event loop.
   Expected<void> open(const Config& cfg) {
@@ -117,6 +121,7 @@ class Worker {
     o.gso = false;  // see nfqueue.cpp: the kernel segments and completes checksums for us
     o.batch_size = cfg.batch_size;
     o.counters = &io_;
+    o.faults = &faults_;
     auto base = EventBase::create();
     if (!base) return base.error();
     base_ = std::move(base).value();
@@ -228,6 +233,7 @@ class Worker {
   }
 
   void on_readable() {
+    heartbeat_.beat();
     fresh_batch_ = true;
     auto r = nfq_.receive(batch_, [this](const NfqPacket& p) { handle(p); });
     auto f = nfq_.flush();
@@ -242,6 +248,8 @@ class Worker {
   }
 
   void on_tick() {
+    heartbeat_.beat();   // an idle worker still proves its loop runs, once a second
+    (void)nfq_.flush();  // verdicts a failed flush kept get their next try (counted if lost)
     engine_.expire(monotonic_now());
     if (dlog_) {
       if (auto r = dlog_->flush(); !r)
@@ -318,6 +326,8 @@ class Worker {
   const uint32_t batch_;
   uint32_t portid_ = 0;
   QueueCounters io_;
+  VerdictFaultCounters faults_;
+  Heartbeat heartbeat_;
   Engine engine_;
   std::unique_ptr<DecisionLogFile> dlog_;
   NfQueue nfq_;
@@ -385,6 +395,7 @@ class Daemon {
         return fail(r.error());
       }
     }
+    drop_privileges_after_bind();  // before any thread starts: threads inherit the sets
     for (auto& w : workers_) w->start();
 
     std::string qs;
@@ -397,6 +408,7 @@ class Daemon {
               running_.metrics_listen.empty() ? "off" : "on http://",
               running_.metrics_listen.c_str());
     notify_systemd("READY=1");
+    if (auto w = start_watchdog(); !w) return fail(w.error());
 
     auto r = base_.run();
 
@@ -419,6 +431,48 @@ class Daemon {
   int fail(const Error& e) {
     log::error("%s", e.message.c_str());
     return kExitFailure;
+  }
+
+  // Queues and the metrics socket are bound: keep CAP_NET_ADMIN only (and the metrics port's
+  // CAP_NET_BIND_SERVICE), the uid unchanged (see privileges.h).
+  void drop_privileges_after_bind() {
+    const auto addr = parse_listen_address(running_.metrics_listen);
+    const bool low_port = addr && addr->port != 0 && addr->port < 1024;
+    auto p = drop_privileges({.keep_bind_service = low_port});
+    if (!p) {
+      log::error("%s; running on with the privileges it was started with",
+                 p.error().message.c_str());
+      return;
+    }
+    log::info("privileges: kept %s, bounding set %s, no_new_privs",
+              capability_names(p->effective).c_str(), capability_names(p->bounding).c_str());
+  }
+
+  // Type=notify with WatchdogSec=: WATCHDOG=1 every quarter interval, but only while every
+  // worker's heartbeat moves (a stuck worker gets rsfcd restarted, not silently bypassed).
+  Expected<void> start_watchdog() {
+    const auto interval = watchdog_interval_from_environment();
+    if (interval.count() == 0) return {};
+    if (interval < std::chrono::seconds(2)) {
+      log::warn("WatchdogSec below 2 s: an idle worker shows progress once a second only");
+    }
+    auto ev = Event::periodic(base_, interval / 4, [this](short) { on_watchdog(); });
+    if (!ev) return ev.error();
+    watchdog_ev_ = std::move(ev).value();
+    return {};
+  }
+
+  void on_watchdog() {
+    std::vector<uint64_t> beats;
+    for (auto& w : workers_) beats.push_back(w->heartbeat().count());
+    const auto stalled = watchdog_gate_.check(beats);
+    if (!stalled) {
+      stall_logged_ = false;
+      notify_systemd("WATCHDOG=1");
+    } else if (!std::exchange(stall_logged_, true)) {
+      log::error("queue %u: worker made no progress; watchdog pings withheld",
+                 unsigned{workers_[*stalled]->queue()});
+    }
   }
 
   void on_signal() {
@@ -482,7 +536,9 @@ class Daemon {
     std::vector<QueueMetricsView> views;
     views.reserve(workers_.size());
     for (auto& w : workers_) views.push_back({w->queue(), &w->core_counters(), &w->io_counters()});
-    return render_prometheus(views, RSFC_VERSION);
+    std::vector<QueueFaultsView> faults;
+    for (auto& w : workers_) faults.push_back({w->queue(), &w->faults()});
+    return render_prometheus(views, RSFC_VERSION) + render_io_metrics(faults, http_.counters());
   }
 
   std::string path_;
@@ -490,6 +546,9 @@ class Daemon {
   int sigfd_ = -1;
   EventBase base_;
   Event sig_ev_;
+  Event watchdog_ev_;
+  WatchdogGate watchdog_gate_;
+  bool stall_logged_ = false;
   std::vector<std::unique_ptr<Worker>> workers_;
   MetricsHttpServer http_;  // destroyed first (declared last)
 };
@@ -510,19 +569,7 @@ int run_daemon(const std::string& config_path) {
 }
 
 void notify_systemd(const char* state) {
-  const char* path = std::getenv("NOTIFY_SOCKET");
-  if (path == nullptr || (path[0] != '/' && path[0] != '@')) return;
-  sockaddr_un sa{};
-  sa.sun_family = AF_UNIX;
-  const size_t len = std::strlen(path);
-  if (len >= sizeof(sa.sun_path)) return;
-  std::memcpy(sa.sun_path, path, len);
-  if (path[0] == '@') sa.sun_path[0] = '\0';  // abstract namespace
-  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
-  (void)sendto(fd, state, std::strlen(state), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&sa),
-               static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
-  ::close(fd);
+  (void)SystemdNotifier::from_environment().notify(state);
 }
 
 }  // namespace rsfc

@@ -28,6 +28,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 // clang-format off
 #include <libnetfilter_queue/libnetfilter_queue.h>
@@ -40,6 +41,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "rsfc/io/netlink.h"
 
@@ -61,6 +63,30 @@ constexpr size_t kMaxVerdictPayload = 0xffff - MNL_ATTR_HDRLEN;
 // built with (it skips types above its own NFQA_MAX).
 constexpr size_t kAttrTable = 64;
 static_assert(NFQA_MAX < kAttrTable);
+
+// The id of the packet a packet message names, read from the first `avail` bytes of it
+// (a datagram cut by MSG_TRUNC, or a message whose attributes do not parse). The kernel
+// writes NFQA_PACKET_HDR first (nfqnl_build_packet_message), so a few dozen bytes suffice.
+std::optional<uint32_t> packet_id_of(const uint8_t* msg, size_t avail) {
+  nlmsghdr h{};
+  if (avail < sizeof(h)) return std::nullopt;
+  std::memcpy(&h, msg, sizeof(h));
+  const size_t end = std::min<size_t>(h.nlmsg_len, avail);
+  for (size_t off = MNL_ALIGN(sizeof(nlmsghdr)) + MNL_ALIGN(sizeof(nfgenmsg));
+       off + sizeof(nlattr) <= end;) {
+    nlattr a{};
+    std::memcpy(&a, msg + off, sizeof(a));
+    if (a.nla_len < sizeof(nlattr) || off + a.nla_len > end) break;
+    if ((a.nla_type & NLA_TYPE_MASK) == NFQA_PACKET_HDR &&
+        a.nla_len >= MNL_ATTR_HDRLEN + sizeof(uint32_t)) {
+      uint32_t id_be = 0;
+      std::memcpy(&id_be, msg + off + MNL_ATTR_HDRLEN, sizeof(id_be));
+      return ntohl(id_be);
+    }
+    off += MNL_ALIGN(a.nla_len);
+  }
+  return std::nullopt;
+}
 
 int64_t monotonic_ms() {
   timespec ts{};
@@ -95,10 +121,13 @@ std::string bind_hint(int err) {
 }  // namespace
 
 struct NfQueue::Impl {
-  MnlSocket sock;
+  MnlSocket sock;    // the kernel's queue (open())
+  int stub_fd = -1;  // or a stand-in for the kernel (attach()); owned
   Options opts;
   QueueCounters own_counters;
   QueueCounters* counters = nullptr;
+  VerdictFaultCounters own_faults;
+  VerdictFaultCounters* faults = nullptr;
   bool bound = false;
 
   // Receive slots for recvmmsg: one datagram (= one packet message) per slot.
@@ -113,17 +142,32 @@ struct NfQueue::Impl {
   size_t tx_len = 0;
   size_t tx_count = 0;
   size_t tx_with_payload = 0;
+  uint32_t failed_flushes = 0;  // flushes the pending batch has failed so far
 
   uint32_t last_id = 0;
   int last_kernel_error = 0;
   int rcvbuf_granted = 0;
 
+  ~Impl() {
+    if (stub_fd >= 0) ::close(stub_fd);
+  }
+  int fd() const { return sock.is_open() ? sock.fd() : stub_fd; }
+  bool is_open() const { return sock.is_open() || stub_fd >= 0; }
+  // One message (or batch of messages) to the kernel: 0 or an errno.
+  int send_raw(std::span<const uint8_t> buf);
+  size_t tx_cap_wanted() const;
+  Expected<void> alloc_buffers(size_t sndbuf_granted);
+
   // Called with every packet message; `fn` null means "accept it now" (open/close paths).
   void handle_datagram(uint8_t* buf, size_t len, PacketFn fn, void* ctx, size_t& packets,
                        uint32_t ack_seq, int* ack_code, std::string* ack_msg);
   void handle_packet(const nlmsghdr* nlh, PacketFn fn, void* ctx, size_t& packets);
+  void accept_cut_datagram(const uint8_t* buf, size_t len);
   Expected<void> add_verdict(uint32_t id, uint32_t verdict, std::span<const uint8_t> payload);
   Expected<void> flush();
+  int send_pending();
+  void strip_payloads();
+  void clear_pending();
   Expected<void> send_config(bool bind, uint32_t seq);
   void note_id(uint32_t id);
 };
@@ -145,18 +189,9 @@ void NfQueue::Impl::handle_packet(const nlmsghdr* nlh, PacketFn fn, void* ctx, s
     // Malformed: still find the id (the kernel puts the packet header first) so that the
     // packet gets its verdict instead of waiting in the kernel queue forever.
     counters->recv_errors.add();
-    const auto* a = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)));
-    const auto* tail = static_cast<const uint8_t*>(mnl_nlmsg_get_payload_tail(nlh));
-    while (mnl_attr_ok(a, static_cast<int>(tail - reinterpret_cast<const uint8_t*>(a)))) {
-      if (mnl_attr_get_type(a) == NFQA_PACKET_HDR &&
-          mnl_attr_get_payload_len(a) >= sizeof(uint32_t)) {
-        uint32_t id_be = 0;
-        std::memcpy(&id_be, mnl_attr_get_payload(a), sizeof(id_be));
-        counters->packets_received.add();
-        (void)add_verdict(ntohl(id_be), NF_ACCEPT, {});
-        break;
-      }
-      a = mnl_attr_next(a);
+    if (auto id = packet_id_of(reinterpret_cast<const uint8_t*>(nlh), nlh->nlmsg_len)) {
+      counters->packets_received.add();
+      (void)add_verdict(*id, NF_ACCEPT, {});
     }
     return;
   }
@@ -189,6 +224,26 @@ void NfQueue::Impl::handle_packet(const nlmsghdr* nlh, PacketFn fn, void* ctx, s
   }
 }
 
+void NfQueue::Impl::accept_cut_datagram(const uint8_t* buf, size_t len) {
+  counters->recv_errors.add();
+  faults->truncated_datagrams.add();
+  constexpr uint16_t kPacketType = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET;
+  for (size_t off = 0; off + sizeof(nlmsghdr) <= len;) {
+    nlmsghdr h{};
+    std::memcpy(&h, buf + off, sizeof(h));
+    if (h.nlmsg_len < sizeof(nlmsghdr)) break;
+    if (h.nlmsg_type == kPacketType) {
+      if (auto id = packet_id_of(buf + off, len - off)) {
+        counters->packets_received.add();
+        faults->truncated_accepted.add();
+        note_id(*id);
+        (void)add_verdict(*id, NF_ACCEPT, {});
+      }
+    }
+    off += MNL_ALIGN(h.nlmsg_len);
+  }
+}
+
 void NfQueue::Impl::handle_datagram(uint8_t* buf, size_t len, PacketFn fn, void* ctx,
                                     size_t& packets, uint32_t ack_seq, int* ack_code,
                                     std::string* ack_msg) {
@@ -214,16 +269,35 @@ void NfQueue::Impl::handle_datagram(uint8_t* buf, size_t len, PacketFn fn, void*
   }
 }
 
+int NfQueue::Impl::send_raw(std::span<const uint8_t> buf) {
+  if (opts.send_fault) {
+    if (const int err = opts.send_fault(); err != 0) return err;
+  }
+  if (sock.is_open()) {
+    auto r = sock.send(buf);
+    return r ? 0 : (r.error().code != 0 ? r.error().code : EIO);
+  }
+  for (;;) {
+    if (::send(stub_fd, buf.data(), buf.size(), MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) return 0;
+    if (errno != EINTR) return errno;
+  }
+}
+
 Expected<void> NfQueue::Impl::add_verdict(uint32_t id, uint32_t verdict,
                                           std::span<const uint8_t> payload) {
-  if (payload.size() > kMaxVerdictPayload) {
-    return Error{EMSGSIZE, queue_name(opts.queue_num) + ": verdict payload too large"};
+  if (payload.size() > kMaxVerdictPayload) {  // cannot go back in one attribute: unchanged
+    faults->payload_fallbacks.add();
+    payload = {};
   }
   const size_t need =
       kVerdictBase + (payload.empty() ? 0 : MNL_ATTR_HDRLEN + MNL_ALIGN(payload.size()));
+  Expected<void> result;
   if (tx_len + need > tx_cap) {
-    auto r = flush();
-    if (!r) return r;
+    result = flush();
+    if (tx_len + need > tx_cap) {  // the failed batch kept its room: give it up for this one
+      faults->verdicts_lost.add(tx_count);
+      clear_pending();
+    }
   }
   nlmsghdr* nlh = nfq_nlmsg_put(as_chars(tx.get() + tx_len), NFQNL_MSG_VERDICT, opts.queue_num);
   nfq_nlmsg_verdict_put(nlh, static_cast<int>(id), static_cast<int>(verdict));
@@ -233,20 +307,70 @@ Expected<void> NfQueue::Impl::add_verdict(uint32_t id, uint32_t verdict,
   }
   tx_len += nlh->nlmsg_len;
   ++tx_count;
-  return {};
+  return result;
+}
+
+// Sends the pending batch, trying up to send_attempts times: 0 or the last errno.
+int NfQueue::Impl::send_pending() {
+  int err = 0;
+  for (uint32_t i = 0; i < std::max<uint32_t>(1, opts.send_attempts); ++i) {
+    err = send_raw({tx.get(), tx_len});
+    if (err == 0) return 0;
+    counters->send_errors.add();
+    faults->send_failures.add();
+  }
+  return err;
+}
+
+// Rewrites the pending batch in place as the same verdicts without payloads: every message
+// is nlmsghdr + nfgenmsg + NFQA_VERDICT_HDR first (nfq_nlmsg_verdict_put), then the payload
+// attribute, so cutting each message after kVerdictBase bytes leaves a plain verdict.
+void NfQueue::Impl::strip_payloads() {
+  size_t out = 0;
+  for (size_t in = 0; in < tx_len;) {
+    nlmsghdr h{};
+    std::memcpy(&h, tx.get() + in, sizeof(h));
+    const size_t len = MNL_ALIGN(std::max<size_t>(h.nlmsg_len, kVerdictBase));
+    if (out != in) std::memmove(tx.get() + out, tx.get() + in, kVerdictBase);
+    h.nlmsg_len = static_cast<uint32_t>(kVerdictBase);
+    std::memcpy(tx.get() + out, &h, sizeof(h));
+    in += len;
+    out += kVerdictBase;
+  }
+  faults->payload_fallbacks.add(tx_with_payload);
+  tx_len = out;
+  tx_with_payload = 0;
+}
+
+void NfQueue::Impl::clear_pending() {
+  tx_len = tx_count = tx_with_payload = 0;
+  failed_flushes = 0;
 }
 
 Expected<void> NfQueue::Impl::flush() {
   if (tx_len == 0) return {};
-  auto r = sock.send({tx.get(), tx_len});
-  if (!r) {
-    counters->send_errors.add();
-    return Error{r.error().code, queue_name(opts.queue_num) + ": " + r.error().message};
+  int err = send_pending();
+  if (err != 0 && tx_with_payload > 0) {
+    // The batch as built cannot be sent: the rewritten packets go on unchanged rather than
+    // wait in the kernel for a verdict (a smaller message, valid whatever the payloads).
+    strip_payloads();
+    err = send_pending();
   }
-  counters->verdicts_sent.add(tx_count);
-  counters->verdicts_with_payload.add(tx_with_payload);
-  tx_len = tx_count = tx_with_payload = 0;
-  return {};
+  if (err == 0) {
+    counters->verdicts_sent.add(tx_count);
+    counters->verdicts_with_payload.add(tx_with_payload);
+    clear_pending();
+    return {};
+  }
+  std::string m = queue_name(opts.queue_num) + ": verdict send failed: " + std::strerror(err);
+  if (++failed_flushes < std::max<uint32_t>(1, opts.flush_rounds)) {
+    return Error{err, m + " (" + std::to_string(tx_count) + " verdicts kept for the next flush)"};
+  }
+  faults->verdicts_lost.add(tx_count);
+  m += " (" + std::to_string(tx_count) + " verdicts given up after " +
+       std::to_string(failed_flushes) + " flushes)";
+  clear_pending();
+  return Error{err, m};
 }
 
 Expected<void> NfQueue::Impl::send_config(bool bind, uint32_t seq) {
@@ -268,7 +392,40 @@ Expected<void> NfQueue::Impl::send_config(bool bind, uint32_t seq) {
   // The mask names the flags this message sets or clears: both are set explicitly.
   mnl_attr_put_u32(nlh, NFQA_CFG_FLAGS, htonl(flags));
   mnl_attr_put_u32(nlh, NFQA_CFG_MASK, htonl(NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO));
-  return sock.send({buf, nlh->nlmsg_len});
+  if (const int err = send_raw({buf, nlh->nlmsg_len}); err != 0) {
+    return Error{err, std::string("netlink send: ") + std::strerror(err)};
+  }
+  return {};
+}
+
+size_t NfQueue::Impl::tx_cap_wanted() const {
+  // Room for a batch of MTU-sized modified packets, and always for one maximal verdict.
+  return std::min<size_t>(size_t{opts.batch_size} * 1664, 4u << 20) + kVerdictBase +
+         MNL_ATTR_HDRLEN + MNL_ALIGN(kMaxVerdictPayload);
+}
+
+Expected<void> NfQueue::Impl::alloc_buffers(size_t sndbuf_granted) {
+  // Buffers, allocated once (uninitialised: pages are touched only when used).
+  const uint32_t batch = opts.batch_size;
+  const size_t range = opts.copy_range == 0 ? 0 : std::min(opts.copy_range, kMaxCopyRange);
+  slot_size = MNL_ALIGN(range) + kRxOverhead;
+  rx = std::make_unique_for_overwrite<uint8_t[]>(slot_size * batch);
+  iovs.resize(batch);
+  msgs.resize(batch);
+  for (uint32_t i = 0; i < batch; ++i) {
+    iovs[i] = {rx.get() + i * slot_size, slot_size};
+    msgs[i] = {};
+    msgs[i].msg_hdr.msg_iov = &iovs[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+  }
+  // netlink_sendmsg refuses messages larger than sk_sndbuf - 32.
+  const size_t max_send = sndbuf_granted > 64 ? sndbuf_granted - 64 : 0;
+  tx_cap = std::min(tx_cap_wanted(), max_send);
+  if (tx_cap < kVerdictBase + MNL_ATTR_HDRLEN + MNL_ALIGN(kMaxVerdictPayload)) {
+    return Error{ENOBUFS, "socket send buffer too small (" + std::to_string(sndbuf_granted) + ")"};
+  }
+  tx = std::make_unique_for_overwrite<uint8_t[]>(tx_cap);
+  return {};
 }
 
 Expected<NfQueue> NfQueue::open(const Options& opts) {
@@ -279,6 +436,7 @@ Expected<NfQueue> NfQueue::open(const Options& opts) {
   impl->opts = opts;
   impl->opts.batch_size = std::max<uint32_t>(1, opts.batch_size);
   impl->counters = opts.counters != nullptr ? opts.counters : &impl->own_counters;
+  impl->faults = opts.faults != nullptr ? opts.faults : &impl->own_faults;
 
   auto sock = MnlSocket::open(NETLINK_NETFILTER);
   if (!sock) return fail(sock.error());
@@ -297,31 +455,9 @@ Expected<NfQueue> NfQueue::open(const Options& opts) {
   (void)impl->sock.set_netlink_option(NETLINK_EXT_ACK, 1, "NETLINK_EXT_ACK");
   (void)impl->sock.set_netlink_option(NETLINK_CAP_ACK, 1, "NETLINK_CAP_ACK");
 
-  // Buffers, allocated once (uninitialised: pages are touched only when used).
-  const uint32_t batch = impl->opts.batch_size;
-  const size_t range = opts.copy_range == 0 ? 0 : std::min(opts.copy_range, kMaxCopyRange);
-  impl->slot_size = MNL_ALIGN(range) + kRxOverhead;
-  impl->rx = std::make_unique_for_overwrite<uint8_t[]>(impl->slot_size * batch);
-  impl->iovs.resize(batch);
-  impl->msgs.resize(batch);
-  for (uint32_t i = 0; i < batch; ++i) {
-    impl->iovs[i] = {impl->rx.get() + i * impl->slot_size, impl->slot_size};
-    impl->msgs[i] = {};
-    impl->msgs[i].msg_hdr.msg_iov = &impl->iovs[i];
-    impl->msgs[i].msg_hdr.msg_iovlen = 1;
-  }
-  // Room for a batch of MTU-sized modified packets, and always for one maximal verdict.
-  impl->tx_cap = std::min<size_t>(size_t{batch} * 1664, 4u << 20) + kVerdictBase + MNL_ATTR_HDRLEN +
-                 MNL_ALIGN(kMaxVerdictPayload);
-  auto snd = impl->sock.set_sndbuf(static_cast<int>(impl->tx_cap + 65536));
+  auto snd = impl->sock.set_sndbuf(static_cast<int>(impl->tx_cap_wanted() + 65536));
   if (!snd) return fail(snd.error());
-  // netlink_sendmsg refuses messages larger than sk_sndbuf - 32.
-  const size_t max_send = static_cast<size_t>(*snd) > 64 ? static_cast<size_t>(*snd) - 64 : 0;
-  impl->tx_cap = std::min(impl->tx_cap, max_send);
-  if (impl->tx_cap < kVerdictBase + MNL_ATTR_HDRLEN + MNL_ALIGN(kMaxVerdictPayload)) {
-    return Error{ENOBUFS, name + ": socket send buffer too small (" + std::to_string(*snd) + ")"};
-  }
-  impl->tx = std::make_unique_for_overwrite<uint8_t[]>(impl->tx_cap);
+  if (auto r = impl->alloc_buffers(static_cast<size_t>(*snd)); !r) return fail(r.error());
 
   // Bind + params + maxlen + flags in one message, then wait for its ACK.
   const uint32_t seq = static_cast<uint32_t>(monotonic_ms()) | 1u;
@@ -359,6 +495,23 @@ Expected<NfQueue> NfQueue::open(const Options& opts) {
   return NfQueue(std::move(impl));
 }
 
+Expected<NfQueue> NfQueue::attach(const Options& opts, int fd) {
+  auto impl = std::make_unique<Impl>();
+  impl->stub_fd = fd;  // owned from here on, also on the error paths
+  impl->opts = opts;
+  impl->opts.batch_size = std::max<uint32_t>(1, opts.batch_size);
+  impl->counters = opts.counters != nullptr ? opts.counters : &impl->own_counters;
+  impl->faults = opts.faults != nullptr ? opts.faults : &impl->own_faults;
+  int snd = static_cast<int>(impl->tx_cap_wanted() + 65536);
+  socklen_t len = sizeof(snd);
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, len) < 0 ||
+      getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, &len) < 0) {
+    return Error::from_errno(errno, queue_name(opts.queue_num) + ": SO_SNDBUF");
+  }
+  if (auto r = impl->alloc_buffers(static_cast<size_t>(snd)); !r) return r.error();
+  return NfQueue(std::move(impl));
+}
+
 NfQueue::NfQueue(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 NfQueue::NfQueue() = default;
 NfQueue::NfQueue(NfQueue&&) noexcept = default;
@@ -374,7 +527,7 @@ NfQueue::~NfQueue() {
 }
 
 int NfQueue::fd() const {
-  return impl_ ? impl_->sock.fd() : -1;
+  return impl_ ? impl_->fd() : -1;
 }
 uint16_t NfQueue::queue_num() const {
   return impl_ ? impl_->opts.queue_num : 0;
@@ -383,10 +536,13 @@ uint32_t NfQueue::portid() const {
   return impl_ ? impl_->sock.portid() : 0;
 }
 bool NfQueue::is_open() const {
-  return impl_ && impl_->sock.is_open();
+  return impl_ && impl_->is_open();
 }
 const QueueCounters& NfQueue::counters() const {
   return *impl_->counters;
+}
+const VerdictFaultCounters& NfQueue::faults() const {
+  return *impl_->faults;
 }
 size_t NfQueue::pending_verdicts() const {
   return impl_ ? impl_->tx_count : 0;
@@ -406,7 +562,7 @@ Expected<NfQueue::RecvResult> NfQueue::receive_impl(size_t max_packets, PacketFn
       static_cast<unsigned>(std::clamp<size_t>(max_packets, 1, q.opts.batch_size));
   int n = -1;
   for (int attempt = 0; attempt < 4; ++attempt) {
-    n = recvmmsg(q.sock.fd(), q.msgs.data(), vlen, MSG_DONTWAIT, nullptr);
+    n = recvmmsg(q.fd(), q.msgs.data(), vlen, MSG_DONTWAIT, nullptr);
     if (n >= 0) break;
     if (errno == EAGAIN) {
       res.would_block = true;
@@ -424,7 +580,10 @@ Expected<NfQueue::RecvResult> NfQueue::receive_impl(size_t max_packets, PacketFn
   for (int i = 0; i < n; ++i) {
     const mmsghdr& m = q.msgs[static_cast<size_t>(i)];
     if ((m.msg_hdr.msg_flags & MSG_TRUNC) != 0) {
-      q.counters->recv_errors.add();  // cannot happen with our slot size; never parse it
+      // Larger than a slot (should not happen with ours): its packets cannot be processed,
+      // but each one it names gets ACCEPT instead of waiting in the kernel forever.
+      q.accept_cut_datagram(q.rx.get() + static_cast<size_t>(i) * q.slot_size,
+                            std::min<size_t>(m.msg_len, q.slot_size));
       continue;
     }
     q.handle_datagram(q.rx.get() + static_cast<size_t>(i) * q.slot_size, m.msg_len, fn, ctx,
@@ -452,10 +611,9 @@ Expected<void> NfQueue::set_maxlen(uint32_t maxlen) {
   alignas(nlmsghdr) uint8_t buf[256] = {};
   nlmsghdr* nlh = nfq_nlmsg_put(as_chars(buf), NFQNL_MSG_CONFIG, q.opts.queue_num);
   nfq_nlmsg_cfg_put_qmaxlen(nlh, maxlen);
-  auto r = q.sock.send({buf, nlh->nlmsg_len});
-  if (!r)
-    return Error{r.error().code,
-                 queue_name(q.opts.queue_num) + ": set maxlen: " + r.error().message};
+  if (const int err = q.send_raw({buf, nlh->nlmsg_len}); err != 0) {
+    return Error{err, queue_name(q.opts.queue_num) + ": set maxlen: " + std::strerror(err)};
+  }
   q.opts.maxlen = maxlen;
   return {};
 }
@@ -498,7 +656,7 @@ Expected<size_t> NfQueue::drain_impl(PacketFn fn, void* ctx, int quiet_ms, int t
       }
       if (!waiting) break;
     }
-    pollfd pfd{q.sock.fd(), POLLIN, 0};
+    pollfd pfd{q.fd(), POLLIN, 0};
     (void)poll(&pfd, 1, 10);
   }
   close();
@@ -507,17 +665,21 @@ Expected<size_t> NfQueue::drain_impl(PacketFn fn, void* ctx, int quiet_ms, int t
 }
 
 void NfQueue::close() {
-  if (!impl_ || !impl_->sock.is_open()) return;
+  if (!impl_ || !impl_->is_open()) return;
   Impl& q = *impl_;
-  (void)q.flush();
+  // Leftovers of failed flushes get their remaining tries now: an unbind drops them.
+  for (uint32_t i = 0; i < std::max<uint32_t>(1, q.opts.flush_rounds) && q.tx_len > 0; ++i) {
+    (void)q.flush();
+  }
   if (q.bound) {
     alignas(nlmsghdr) uint8_t buf[256] = {};
     nlmsghdr* nlh = nfq_nlmsg_put(as_chars(buf), NFQNL_MSG_CONFIG, q.opts.queue_num);
     nfq_nlmsg_cfg_put_cmd(nlh, AF_UNSPEC, NFQNL_CFG_CMD_UNBIND);
-    (void)q.sock.send({buf, nlh->nlmsg_len});
+    (void)q.send_raw({buf, nlh->nlmsg_len});
     q.bound = false;
   }
   q.sock.close();
+  if (q.stub_fd >= 0) ::close(std::exchange(q.stub_fd, -1));
 }
 
 std::vector<KernelQueueStats> parse_kernel_queue_stats(std::string_view text) {

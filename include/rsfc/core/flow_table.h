@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "rsfc/core/siphash.h"
 #include "rsfc/core/types.h"
 
 namespace rsfc {
@@ -87,6 +88,9 @@ class FlowTable {
   FlowTable(const FlowTable&) = delete;
   FlowTable& operator=(const FlowTable&) = delete;
 
+  // SipHash-1-3 of every byte of the key under the seed's 128-bit key, folded to 32 bits.
+  // The engine also hashes subscriber addresses with it (a key holding only family and
+  // sub_addr) for the subscriber table.
   uint32_t hash(const FlowKey& k) const;
 
   // Index of the flow or kNoFlow.
@@ -131,8 +135,10 @@ class FlowTable {
   void list_push_front(uint32_t idx);
   void bucket_erase(uint32_t idx);
 
+  static constexpr size_t kKeyBytes = 16 + 16 + 2 + 2 + 1;
+
   uint32_t capacity_;
-  uint64_t seed_;
+  SipKey key_;
   uint32_t size_ = 0;
   uint32_t mask_;                  // buckets_.size() - 1
   std::vector<uint32_t> buckets_;  // flow index + 1; 0 = empty (linear probing)

@@ -1,8 +1,9 @@
 // Per-subscriber state shared by the regulated uploads of one subscriber address
 // (SubscriberUplink, regulator.h). Fixed capacity, all memory taken at construction,
 // no allocation afterwards; each entry is held by the flows that reference it and freed with
-// the last of them. The caller supplies the hash (the engine keys it with the flow table's
-// seeded hash, so that hostile addresses cannot pick colliding buckets).
+// the last of them. The caller supplies the hash: the engine passes FlowTable::hash of the
+// subscriber's family and whole address (SipHash under the worker's random seed), so that
+// hostile addresses, interface IDs included, cannot pick colliding buckets.
 #pragma once
 
 #include <cstdint>

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -44,17 +45,37 @@ struct NfqPacket {
   bool truncated() const { return orig_len > data.size(); }
 };
 
+// Faults on the verdict path, per queue (one writer: the queue's thread; the metrics page
+// reads them concurrently). Rendered by render_io_metrics (io_metrics.h).
+struct VerdictFaultCounters {
+  Counter send_failures;        // verdict sends (sendmsg) that failed, each try counted
+  Counter payload_fallbacks;    // rewritten packets released unchanged: not sendable
+  Counter verdicts_lost;        // given up after every try (the kernel keeps those packets)
+  Counter truncated_datagrams;  // datagrams larger than a receive slot (MSG_TRUNC)
+  Counter truncated_accepted;   // packets named in them: accepted unchanged, unprocessed
+};
+
 class NfQueue {
  public:
   struct Options {
     uint16_t queue_num = 0;
-    uint32_t maxlen = 8192;             // packets the kernel keeps waiting for us
-    uint32_t rcvbuf_bytes = 8u << 20;   // SO_RCVBUFFORCE (falls back to SO_RCVBUF)
-    uint32_t copy_range = 0xffff;       // bytes copied per packet; 0 = NFQNL_COPY_META
-    bool fail_open = true;              // NFQA_CFG_F_FAIL_OPEN: full queue => accept
-    bool gso = false;                   // NFQA_CFG_F_GSO: see nfqueue.cpp (rsfcd: false)
-    uint32_t batch_size = 64;           // receive buffers preallocated (max per receive)
-    QueueCounters* counters = nullptr;  // not owned; must outlive the queue; may be null
+    uint32_t maxlen = 8192;                  // packets the kernel keeps waiting for us
+    uint32_t rcvbuf_bytes = 8u << 20;        // SO_RCVBUFFORCE (falls back to SO_RCVBUF)
+    uint32_t copy_range = 0xffff;            // bytes copied per packet; 0 = NFQNL_COPY_META
+    bool fail_open = true;                   // NFQA_CFG_F_FAIL_OPEN: full queue => accept
+    bool gso = false;                        // NFQA_CFG_F_GSO: see nfqueue.cpp (rsfcd: false)
+    uint32_t batch_size = 64;                // receive buffers preallocated (max per receive)
+    QueueCounters* counters = nullptr;       // not owned; must outlive the queue; may be null
+    VerdictFaultCounters* faults = nullptr;  // idem
+    // A verdict batch that cannot be sent is tried send_attempts times as built, then as
+    // plain verdicts (payloads dropped: rewritten packets go on unchanged), send_attempts
+    // times again; still failing, it is kept for the next flush, at most flush_rounds
+    // flushes, then its verdicts are given up (counted in verdicts_lost).
+    uint32_t send_attempts = 3;
+    uint32_t flush_rounds = 3;
+    // Test seam: called before every message sent to the kernel; a non-zero errno fails
+    // that send as sendmsg would (ENOBUFS, EAGAIN ...). Empty in the daemon.
+    std::function<int()> send_fault = {};
   };
 
   struct RecvResult {
@@ -66,6 +87,10 @@ class NfQueue {
   // with NLM_F_ACK, then reads the ACK. A queue bound by another process, an unsupported
   // flag etc. is an Error whose message names the queue.
   static Expected<NfQueue> open(const Options& opts);
+  // Test seam: a queue over `fd` (one end of a socketpair standing in for the kernel): it
+  // receives packet messages from it and sends verdict and config messages to it. Nothing
+  // is bound. The queue owns fd (closed with the queue, also when attach fails).
+  static Expected<NfQueue> attach(const Options& opts, int fd);
 
   NfQueue();  // a closed queue (is_open() == false)
   NfQueue(NfQueue&&) noexcept;
@@ -79,6 +104,7 @@ class NfQueue {
   uint32_t portid() const;  // our netlink port id (the "portid" column of /proc stats)
   bool is_open() const;
   const QueueCounters& counters() const;
+  const VerdictFaultCounters& faults() const;
   // errno of the last error reply the kernel sent to a verdict/config message (0 = none).
   int last_kernel_error() const;
   // Receive buffer the kernel granted (bytes, as getsockopt reports it).
@@ -87,7 +113,8 @@ class NfQueue {
   // Receives up to `max_packets` (capped at batch_size) without blocking and calls
   // `on_packet(const NfqPacket&)` for each. Error replies from the kernel (e.g. to a
   // verdict for an unknown id) are counted in send_errors; ENOBUFS counts an overrun
-  // (not an error). Only a real socket failure is an Error.
+  // (not an error). A datagram cut by MSG_TRUNC is not handed out: every packet it names
+  // gets ACCEPT (counted in faults()). Only a real socket failure is an Error.
   template <class F>
   Expected<RecvResult> receive(size_t max_packets, F&& on_packet) {
     using Fn = std::remove_reference_t<F>;
@@ -96,11 +123,13 @@ class NfQueue {
         const_cast<void*>(static_cast<const void*>(std::addressof(on_packet))));
   }
 
-  // Appends a verdict to the pending batch. A non-empty payload replaces the packet (send
-  // one only for a modified, non-truncated packet). If the batch buffer is full it is
-  // flushed first; an Error means that flush failed (the verdicts stay pending).
+  // Appends a verdict to the pending batch; on an open queue it is always recorded. A
+  // non-empty payload replaces the packet (send one only for a modified, non-truncated
+  // packet). If the batch buffer is full it is flushed first; an Error reports that flush
+  // failing (see Options::send_attempts for what then happens to the earlier verdicts).
   Expected<void> add_verdict(uint32_t id, uint32_t verdict, std::span<const uint8_t> payload = {});
-  // Sends all pending verdicts in one sendmsg. On failure they stay pending (retry later).
+  // Sends all pending verdicts in one sendmsg, retried and degraded as Options says. An
+  // Error means they could not be sent: kept for the next flush, or given up (counted).
   Expected<void> flush();
   size_t pending_verdicts() const;
 

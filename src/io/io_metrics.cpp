@@ -1,0 +1,89 @@
+#include "rsfc/io/io_metrics.h"
+
+#include <string_view>
+
+namespace rsfc {
+
+namespace {
+
+struct FaultFamily {
+  const char* name;
+  const char* help;
+  Counter VerdictFaultCounters::*counter;
+};
+
+constexpr FaultFamily kFaultFamilies[] = {
+    {"rsfcd_verdict_send_failures_total",
+     "Verdict sends (sendmsg of a batch) that failed; each try is counted.",
+     &VerdictFaultCounters::send_failures},
+    {"rsfcd_verdict_payload_fallbacks_total",
+     "Rewritten packets released unchanged (plain ACCEPT) because their verdict could not be "
+     "sent with the new bytes.",
+     &VerdictFaultCounters::payload_fallbacks},
+    {"rsfcd_verdicts_lost_total",
+     "Verdicts given up after every retry; the kernel keeps those packets until the queue is "
+     "unbound.",
+     &VerdictFaultCounters::verdicts_lost},
+    {"rsfcd_queue_truncated_datagrams_total",
+     "Datagrams from the queue larger than a receive buffer (MSG_TRUNC).",
+     &VerdictFaultCounters::truncated_datagrams},
+    {"rsfcd_queue_truncated_packets_accepted_total",
+     "Packets named in truncated datagrams, accepted unchanged without being processed.",
+     &VerdictFaultCounters::truncated_accepted},
+};
+
+struct HttpFamily {
+  const char* name;
+  const char* type;
+  const char* help;
+  Counter HttpServerCounters::*counter;
+};
+
+constexpr HttpFamily kHttpFamilies[] = {
+    {"rsfcd_metrics_http_connections_accepted_total", "counter",
+     "Connections the metrics server accepted.", &HttpServerCounters::connections_accepted},
+    {"rsfcd_metrics_http_connections_rejected_total", "counter",
+     "Connections closed unanswered because the server already had its maximum open.",
+     &HttpServerCounters::connections_rejected},
+    {"rsfcd_metrics_http_requests_too_large_total", "counter",
+     "Requests refused with 431: request line and headers over the limit.",
+     &HttpServerCounters::requests_too_large},
+    {"rsfcd_metrics_http_deadlines_missed_total", "counter",
+     "Connections closed because the client had not sent its request (or taken the reply) "
+     "by the deadline.",
+     &HttpServerCounters::deadlines_missed},
+    {"rsfcd_metrics_http_bad_requests_total", "counter",
+     "Requests answered 400 (malformed) or 405 (not GET or HEAD).",
+     &HttpServerCounters::bad_requests},
+    {"rsfcd_metrics_http_connections_open", "gauge", "Connections open now.",
+     &HttpServerCounters::connections_open},
+};
+
+void append_help_type(std::string& out, std::string_view name, std::string_view type,
+                      std::string_view help) {
+  out.append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ");
+  out.append(name).append(" ").append(type).append("\n");
+}
+
+}  // namespace
+
+std::string render_io_metrics(const std::vector<QueueFaultsView>& queues,
+                              const HttpServerCounters* http) {
+  std::string out;
+  for (const FaultFamily& f : kFaultFamilies) {
+    append_help_type(out, f.name, "counter", f.help);
+    for (const QueueFaultsView& q : queues) {
+      if (q.faults == nullptr) continue;
+      out.append(f.name).append("{queue=\"").append(std::to_string(q.queue)).append("\"} ");
+      out.append(std::to_string((q.faults->*f.counter).get())).append("\n");
+    }
+  }
+  if (http == nullptr) return out;
+  for (const HttpFamily& f : kHttpFamilies) {
+    append_help_type(out, f.name, f.type, f.help);
+    out.append(f.name).append(" ").append(std::to_string((http->*f.counter).get())).append("\n");
+  }
+  return out;
+}
+
+}  // namespace rsfc
