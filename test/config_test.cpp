@@ -85,7 +85,7 @@ TEST(Config, DefaultsForKeysLeftOut) {
     EXPECT_EQ(c.params.rsfc.control_interval_floor, 20 * kMilli);
     EXPECT_EQ(c.params.rsfc.growth_per_rtt, 0.25);
     EXPECT_EQ(c.params.rsfc.initial_window_bytes, 0u);
-    EXPECT_EQ(c.params.rsfc.decision_log, "");
+    EXPECT_EQ(c.decision_log, "");
     EXPECT_EQ(c.params.drwa.alpha, 0.875);
     EXPECT_EQ(c.params.drwa.lambda, 3.0);
   }
@@ -106,6 +106,7 @@ queue: { maxlen: 100_000, socket_buffer_bytes: 65536, batch: 1 }
 flows: { max: 5, idle_timeout_s: 86_400, closed_timeout_s: 1.5, embryonic_timeout_s: 7 }
 metrics: { listen: "[::1]:9100" }
 log: { level: debug }
+decision_log: /var/log/rsfcd/decisions.jsonl
 rsfc:
   threshold_ms: 12.5
   threshold_floor_ms: 4
@@ -114,7 +115,6 @@ rsfc:
   control_interval_floor_ms: 1
   growth_per_rtt: 1
   initial_window_bytes: 65535
-  decision_log: /var/log/rsfcd/decisions.jsonl
   path_check_ms: 0
   path_foreign_rate: 0.5
   path_tolerance_ms: 2.5
@@ -161,7 +161,7 @@ drwa: { alpha: 0.5, lambda: 2.25 }
   EXPECT_EQ(c.params.rsfc.control_interval_floor, 1 * kMilli);
   EXPECT_EQ(c.params.rsfc.growth_per_rtt, 1.0);
   EXPECT_EQ(c.params.rsfc.initial_window_bytes, 65535u);
-  EXPECT_EQ(c.params.rsfc.decision_log, "/var/log/rsfcd/decisions.jsonl");
+  EXPECT_EQ(c.decision_log, "/var/log/rsfcd/decisions.jsonl");
   EXPECT_EQ(c.params.rsfc.path_check, 0);
   EXPECT_EQ(c.params.rsfc.path_foreign_rate, 0.5);
   EXPECT_EQ(c.params.rsfc.path_tolerance, 2'500 * kMicro);
@@ -221,15 +221,15 @@ TEST(Config, EditorArtefactsAreFine) {
       "log: { level: \"info\" }\r\n"
       "subscriber_networks: [\"10.0.0.0/8\", '2001:2::/48']  # r\xC3\xA9seau\r\n"
       "uplink: { policy: &p 'static' }\r\n"
-      "rsfc: { decision_log: \"/tmp/d\\\"q\\\".log\" }\r\n"
+      "decision_log: \"/tmp/d\\\"q\\\".log\"\r\n"
       "metrics: { listen: !!str '[::1]:9477' }\r\n";
   const Config c = parse_config(yaml);
   EXPECT_EQ(c.log_level, LogLevel::kInfo);
   EXPECT_EQ(c.params.uplink.policy, Policy::kStatic);
   EXPECT_EQ(c.params.subscriber_networks.size(), 2u);
-  EXPECT_EQ(c.params.rsfc.decision_log, "/tmp/d\"q\".log");
+  EXPECT_EQ(c.decision_log, "/tmp/d\"q\".log");
   EXPECT_EQ(c.metrics_listen, "[::1]:9477");
-  EXPECT_EQ(parse_config("rsfc: { decision_log: 'it''s' }\n").params.rsfc.decision_log, "it's");
+  EXPECT_EQ(parse_config("decision_log: 'it''s'\n").decision_log, "it's");
   // A directive header, an explicit document start and end.
   EXPECT_EQ(parse_config("%YAML 1.1\n# header\n---\nlog: { level: warn }\n...\n").log_level,
             LogLevel::kWarn);
@@ -266,6 +266,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(c.socket_rcvbuf, d.socket_rcvbuf);
   EXPECT_EQ(c.batch_size, d.batch_size);
   EXPECT_EQ(c.flows_max, d.flows_max);
+  EXPECT_EQ(c.decision_log, d.decision_log);
   const EngineParams& p = c.params;
   const EngineParams& dp = d.params;
   EXPECT_EQ(p.uplink.static_window_bytes, dp.uplink.static_window_bytes);
@@ -281,7 +282,6 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.control_interval_floor, dp.rsfc.control_interval_floor);
   EXPECT_EQ(p.rsfc.growth_per_rtt, dp.rsfc.growth_per_rtt);
   EXPECT_EQ(p.rsfc.initial_window_bytes, dp.rsfc.initial_window_bytes);
-  EXPECT_EQ(p.rsfc.decision_log, dp.rsfc.decision_log);
   EXPECT_EQ(p.rsfc.threshold_ceiling, dp.rsfc.threshold_ceiling);
   EXPECT_EQ(p.rsfc.rtt_smoothing, dp.rsfc.rtt_smoothing);
   EXPECT_EQ(p.rsfc.probe_step_queue, dp.rsfc.probe_step_queue);
@@ -333,17 +333,17 @@ const BadCase kBadCases[] = {
     {"tab_indent", "flows:\n\tmax: 5\n", 2, "", "YAML syntax error"},
     {"stray_comma", "# yaml-cpp 0.7 used to loop forever on this\n,queues: [0]\n", 2, "",
      "YAML syntax error"},
-    {"unterminated_quote", "rsfc:\n  decision_log: \"/var/log/x\ndrwa:\n  alpha: 0.5\n", 2,
-     "rsfc.decision_log", "unterminated quoted string: the closing \" must be on the line"},
+    {"unterminated_quote", "log:\n  level: \"info\ndrwa:\n  alpha: 0.5\n", 2, "log.level",
+     "unterminated quoted string: the closing \" must be on the line"},
     {"unterminated_single_quote", "log:\n  level: 'info\nqueues: [0]\n", 2, "log.level",
      "unterminated quoted string"},
-    {"unterminated_tagged_quote", "rsfc:\n  decision_log: !!str \"x\nlog: {}\n", 2,
-     "rsfc.decision_log", "unterminated"},
+    {"unterminated_tagged_quote", "log:\n  level: !!str \"x\nqueues: [0]\n", 2, "log.level",
+     "unterminated"},
     {"unterminated_quoted_key", "\"queues: [0]\nlog: {}\n", 1, "", "unterminated quoted string"},
     {"multi_line_quote", "metrics: { listen: \"127.0.0.1:\n  9477\" }\n", 1, "metrics.listen",
      "unterminated quoted string"},
-    {"line_continuation_in_quote", "rsfc:\n  decision_log: \"/var/\\\n  log\"\n", 2,
-     "rsfc.decision_log", "unterminated quoted string"},
+    {"line_continuation_in_quote", "decision_log: \"/var/\\\n  log\"\n", 1, "decision_log",
+     "unterminated quoted string"},
     {"directive_inside", "queues: [0]\n%og: { level: debug }\n", 2, "",
      "a line starting with % (a YAML directive) inside the document"},
     {"directive_unknown", "%queues: [0]\n---\nlog: {}\n", 1, "", "unknown YAML directive"},
@@ -362,6 +362,8 @@ const BadCase kBadCases[] = {
      "unknown key (known: level)"},
     {"unknown_rsfc_key", "rsfc:\n  threshold_ms: auto\n  growth: 0.5\n", 3, "rsfc.growth",
      "unknown key"},
+    {"decision_log_in_rsfc", "rsfc:\n  decision_log: /tmp/d.jsonl\n", 2, "rsfc.decision_log",
+     "unknown key: the decision log is the top-level key decision_log (got /tmp/d.jsonl)"},
     {"merge_key", "<<: { queues: [0] }\n", 1, "<<", "unknown key"},
     {"duplicate_top_key", "queues: [0]\nlog: {level: info}\nqueues: [1]\n", 3, "queues",
      "duplicate key (first set on line 1)"},
@@ -405,10 +407,9 @@ const BadCase kBadCases[] = {
     {"number_inf", "drwa: { lambda: .inf }\n", 1, "drwa.lambda", "expected a number"},
     {"number_overflow", "flows: { idle_timeout_s: 1e400 }\n", 1, "flows.idle_timeout_s",
      "out of range"},
-    {"string_is_list", "rsfc: { decision_log: [a, b] }\n", 1, "rsfc.decision_log",
+    {"string_is_list", "decision_log: [a, b]\n", 1, "decision_log",
      "expected a string (got a list)"},
-    {"string_is_bool", "rsfc:\n  decision_log: off\n", 2, "rsfc.decision_log",
-     "reads as a boolean"},
+    {"string_is_bool", "queues: [0]\ndecision_log: off\n", 2, "decision_log", "reads as a boolean"},
     {"string_is_null", "log: { level: ~ }\n", 1, "log.level", "has no value"},
     // ranges
     {"uint32_overflow", "flows: { max: 4294967296 }\n", 1, "flows.max",

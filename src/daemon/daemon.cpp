@@ -120,8 +120,8 @@ class Worker {
     auto base = EventBase::create();
     if (!base) return base.error();
     base_ = std::move(base).value();
-    if (!cfg.params.rsfc.decision_log.empty()) {
-      auto d = DecisionLogFile::open(cfg.params.rsfc.decision_log);
+    if (!cfg.decision_log.empty()) {
+      auto d = DecisionLogFile::open(cfg.decision_log);
       if (!d) return d.error();
       dlog_ = std::move(d).value();
       engine_.set_decision_sink(dlog_.get());
@@ -159,12 +159,13 @@ class Worker {
     });
   }
 
-  // Thread-safe: hands new parameters to the worker (applied between batches), and asks
-  // it to reopen its decision log (rotation).
-  void post_params(std::shared_ptr<const EngineParams> p) {
+  // Thread-safe: hands new parameters and decision log path to the worker (applied between
+  // batches), and asks it to reopen its decision log (rotation).
+  void post_params(std::shared_ptr<const EngineParams> p, std::string decision_log) {
     {
       std::lock_guard lock(mu_);
       pending_ = std::move(p);
+      pending_log_ = std::move(decision_log);
       reopen_log_ = true;
     }
     wake_ev_.activate();
@@ -256,16 +257,18 @@ class Worker {
 
   void on_wake() {
     std::shared_ptr<const EngineParams> params;
+    std::string log_path;
     bool reopen = false, stop = false;
     {
       std::lock_guard lock(mu_);
       params = std::move(pending_);
+      log_path = pending_log_;
       reopen = std::exchange(reopen_log_, false);
       stop = stop_;
     }
     if (params) {
       engine_.set_params(*params);
-      update_decision_log(params->rsfc.decision_log, reopen);
+      update_decision_log(log_path, reopen);
     } else if (reopen && dlog_) {
       if (auto r = dlog_->reopen(); !r)
         log::warn("queue %u: %s", unsigned{queue_}, r.error().message.c_str());
@@ -330,6 +333,7 @@ class Worker {
 
   std::mutex mu_;
   std::shared_ptr<const EngineParams> pending_;
+  std::string pending_log_;
   bool reopen_log_ = false;
   bool stop_ = false;
 
@@ -459,7 +463,8 @@ class Daemon {
     running_.log_level = loaded.log_level;
     log::set_level(running_.log_level);
     auto p = std::make_shared<const EngineParams>(running_.params);
-    for (auto& w : workers_) w->post_params(p);
+    running_.decision_log = loaded.decision_log;
+    for (auto& w : workers_) w->post_params(p, running_.decision_log);
     log::info("reload: %s applied", path_.c_str());
     notify_systemd("READY=1");
   }

@@ -370,6 +370,9 @@ size_t distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+// Where a key that used to be valid now lives ("" if it never did).
+std::string moved_to(std::string_view dotted);
+
 // Reads a mapping through its field table. A missing value (`rsfc:` with every key commented
 // out) is an empty section: the defaults stay.
 template <class T>
@@ -392,6 +395,9 @@ void read_section(Reader& r, const Entry& section, const FieldTable<T>& table, T
     auto field =
         std::find_if(table.begin(), table.end(), [&](const Field<T>& f) { return f.name == name; });
     if (field == table.end()) {
+      if (const std::string now = moved_to(dotted); !now.empty()) {
+        r.fail(Entry{v, dotted, key_line}, "unknown key: " + now);
+      }
       std::string known, best;
       size_t best_d = std::numeric_limits<size_t>::max();
       for (const Field<T>& f : table) {
@@ -504,7 +510,6 @@ const FieldTable<RsfcParams> kRsfcFields = {
      duration_field(&RsfcParams::control_interval_floor, kMilli, {1, 10'000})},
     {"growth_per_rtt", real_field(&RsfcParams::growth_per_rtt, {0, 4, true, false})},
     {"initial_window_bytes", uint_field(&RsfcParams::initial_window_bytes, 0, kMaxWindowBytes)},
-    {"decision_log", string_field(&RsfcParams::decision_log)},
     {"threshold_ceiling_ms", duration_field(&RsfcParams::threshold_ceiling, kMilli, {1, 10'000})},
     {"rtt_smoothing_ms", duration_field(&RsfcParams::rtt_smoothing, kMilli, {1, 60'000})},
     {"probe_step_queue", real_field(&RsfcParams::probe_step_queue, {0, 10, true, false})},
@@ -590,9 +595,15 @@ const FieldTable<Config> kTopFields = {
     {"flows", section_field(kFlowsFields, [](Config& c) -> Config& { return c; })},
     {"metrics", section_field(kMetricsFields, [](Config& c) -> Config& { return c; })},
     {"log", section_field(kLogFields, [](Config& c) -> Config& { return c; })},
+    {"decision_log", string_field(&Config::decision_log)},
     {"rsfc", section_field(kRsfcFields, [](Config& c) -> RsfcParams& { return c.params.rsfc; })},
     {"drwa", section_field(kDrwaFields, [](Config& c) -> DrwaParams& { return c.params.drwa; })},
 };
+
+std::string moved_to(std::string_view dotted) {
+  if (dotted == "rsfc.decision_log") return "the decision log is the top-level key decision_log";
+  return "";
+}
 
 // ---------------------------------------------------------------------------------------------
 // Rules across keys

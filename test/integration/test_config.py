@@ -112,3 +112,15 @@ def test_sighup_applies_to_existing_flows_and_bad_file_keeps_config(wire, rsfcd)
     d.reload(static_cfg(uplink=12000))
     _probe_until(c, math.ceil(12000 / 128), off)
     assert d.metrics().value("rsfcd_flows_created_total") == 1
+
+
+def test_decision_log_is_a_top_level_key_applied_on_sighup(rsfcd, tmp_path):
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    d = rsfcd(static_cfg(uplink=20000, decision_log=str(first)))
+    assert first.exists(), f"the decision log was not opened at start: {d.log_tail()}"
+    d.reload(static_cfg(uplink=20000, decision_log=str(second)))
+    deadline = time.monotonic() + 3
+    while not second.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert second.exists(), f"SIGHUP did not open the new decision log: {d.log_tail()}"
+    assert d.alive()

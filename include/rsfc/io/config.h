@@ -23,6 +23,7 @@ struct Config {
   uint32_t flows_max = 1'000'000;
   std::string metrics_listen = "127.0.0.1:9477";  // "" disables the HTTP endpoint
   LogLevel log_level = LogLevel::kInfo;
+  std::string decision_log;  // JSON lines, one per control decision; "" = off (reloadable)
   EngineParams params;
 };
 
