@@ -112,28 +112,29 @@ rsfc:
   threshold_floor_ms: 4
   min_window_horizon_s: 30
   tbuff_filter_ms: 0
-  control_interval_floor_ms: 1
   growth_per_rtt: 1
   initial_window_bytes: 65535
   path_check_ms: 0
-  path_foreign_rate: 0.5
-  path_tolerance_ms: 2.5
-  max_interval_ms: 500
-  tick_multiple: 2
-  rtt_gain: 1
-  monitor_after_steps: 5
-  monitor_steps: 4
-  fine_tick_ms: 1
-  unused_fraction: 0
-  unused_decay: 1
-  startup_growth: 1.5
   per_subscriber: false
   share_equalize: 0.25
-  probe_doublings: 0
-  recut_fraction: 1
-  min_window_segments: 4
-  lag_confirm_fraction: 0.3
-  refresh_holdoff: 0
+  tuning:
+    control_interval_floor_ms: 1
+    path_foreign_rate: 0.5
+    path_tolerance_ms: 2.5
+    max_interval_ms: 500
+    tick_multiple: 2
+    rtt_gain: 1
+    monitor_after_steps: 5
+    monitor_steps: 4
+    fine_tick_ms: 1
+    unused_fraction: 0
+    unused_decay: 1
+    startup_growth: 1.5
+    probe_doublings: 0
+    recut_fraction: 1
+    min_window_segments: 4
+    lag_confirm_fraction: 0.3
+    refresh_holdoff: 0
 drwa: { alpha: 0.5, lambda: 2.25 }
 )");
   EXPECT_EQ(c.queues, (std::vector<uint16_t>{3, 1, 2}));
@@ -364,6 +365,13 @@ const BadCase kBadCases[] = {
      "unknown key"},
     {"decision_log_in_rsfc", "rsfc:\n  decision_log: /tmp/d.jsonl\n", 2, "rsfc.decision_log",
      "unknown key: the decision log is the top-level key decision_log (got /tmp/d.jsonl)"},
+    {"tuning_key_in_rsfc", "rsfc:\n  probe_below: 0.3\n", 2, "rsfc.probe_below",
+     "unknown key: moved to the experimental block, rsfc.tuning.probe_below (got 0.3)"},
+    {"operator_key_in_tuning", "rsfc: { tuning: { fast_target: 1 } }\n", 1,
+     "rsfc.tuning.fast_target", "unknown key: an operator key, set it as rsfc.fast_target"},
+    {"unknown_tuning_key", "rsfc:\n  tuning:\n    probe_belo: 0.3\n", 3, "rsfc.tuning.probe_belo",
+     "unknown key, did you mean probe_below?"},
+    {"tuning_not_mapping", "rsfc: { tuning: 1 }\n", 1, "rsfc.tuning", "expected a mapping"},
     {"merge_key", "<<: { queues: [0] }\n", 1, "<<", "unknown key"},
     {"duplicate_top_key", "queues: [0]\nlog: {level: info}\nqueues: [1]\n", 3, "queues",
      "duplicate key (first set on line 1)"},
@@ -417,28 +425,30 @@ const BadCase kBadCases[] = {
     {"uint64_overflow", "flows: { max: 99999999999999999999999 }\n", 1, "flows.max",
      "out of range"},
     {"flows_max_zero", "flows: { max: 0 }\n", 1, "flows.max", "out of range"},
-    {"path_foreign_rate_zero", "rsfc: { path_foreign_rate: 0 }\n", 1, "rsfc.path_foreign_rate",
-     "out of range"},
+    {"path_foreign_rate_zero", "rsfc: { tuning: { path_foreign_rate: 0 } }\n", 1,
+     "rsfc.tuning.path_foreign_rate", "out of range"},
     {"path_check_too_long", "rsfc: { path_check_ms: 60001 }\n", 1, "rsfc.path_check_ms",
      "out of range"},
-    {"monitor_steps_zero", "rsfc: { monitor_steps: 0 }\n", 1, "rsfc.monitor_steps", "out of range"},
-    {"rtt_gain_zero", "rsfc: { rtt_gain: 0 }\n", 1, "rsfc.rtt_gain", "out of range"},
-    {"startup_growth_below_one", "rsfc: { startup_growth: 0.5 }\n", 1, "rsfc.startup_growth",
+    {"monitor_steps_zero", "rsfc: { tuning: { monitor_steps: 0 } }\n", 1,
+     "rsfc.tuning.monitor_steps", "out of range"},
+    {"rtt_gain_zero", "rsfc: { tuning: { rtt_gain: 0 } }\n", 1, "rsfc.tuning.rtt_gain",
      "out of range"},
+    {"startup_growth_below_one", "rsfc: { tuning: { startup_growth: 0.5 } }\n", 1,
+     "rsfc.tuning.startup_growth", "out of range"},
     {"per_subscriber_yes", "rsfc: { per_subscriber: yes }\n", 1, "rsfc.per_subscriber",
      "expected true or false (got yes)"},
     {"per_subscriber_list", "rsfc: { per_subscriber: [true] }\n", 1, "rsfc.per_subscriber",
      "expected true or false"},
     {"share_equalize_above_one", "rsfc: { share_equalize: 1.5 }\n", 1, "rsfc.share_equalize",
      "out of range"},
-    {"probe_doublings_too_many", "rsfc: { probe_doublings: 11 }\n", 1, "rsfc.probe_doublings",
-     "out of range"},
-    {"recut_fraction_zero", "rsfc: { recut_fraction: 0 }\n", 1, "rsfc.recut_fraction",
-     "out of range"},
-    {"min_window_segments_zero", "rsfc: { min_window_segments: 0 }\n", 1,
-     "rsfc.min_window_segments", "out of range"},
-    {"refresh_holdoff_above_one", "rsfc: { refresh_holdoff: 2 }\n", 1, "rsfc.refresh_holdoff",
-     "out of range"},
+    {"probe_doublings_too_many", "rsfc: { tuning: { probe_doublings: 11 } }\n", 1,
+     "rsfc.tuning.probe_doublings", "out of range"},
+    {"recut_fraction_zero", "rsfc: { tuning: { recut_fraction: 0 } }\n", 1,
+     "rsfc.tuning.recut_fraction", "out of range"},
+    {"min_window_segments_zero", "rsfc: { tuning: { min_window_segments: 0 } }\n", 1,
+     "rsfc.tuning.min_window_segments", "out of range"},
+    {"refresh_holdoff_above_one", "rsfc: { tuning: { refresh_holdoff: 2 } }\n", 1,
+     "rsfc.tuning.refresh_holdoff", "out of range"},
     {"min_window_too_small", "min_window_bytes: 1071\n", 1, "min_window_bytes",
      "must be between 1072 and 1073725440 (got 1071)"},
     {"min_window_too_big", "min_window_bytes: 1073725441\n", 1, "min_window_bytes", "out of range"},
@@ -467,8 +477,8 @@ const BadCase kBadCases[] = {
      "out of range"},
     {"tbuff_filter_big", "rsfc: { tbuff_filter_ms: 10001 }\n", 1, "rsfc.tbuff_filter_ms",
      "out of range"},
-    {"control_floor_zero", "rsfc: { control_interval_floor_ms: 0 }\n", 1,
-     "rsfc.control_interval_floor_ms", "out of range"},
+    {"control_floor_zero", "rsfc: { tuning: { control_interval_floor_ms: 0 } }\n", 1,
+     "rsfc.tuning.control_interval_floor_ms", "out of range"},
     {"growth_zero", "rsfc: { growth_per_rtt: 0 }\n", 1, "rsfc.growth_per_rtt",
      "must be > 0 and <= 4 (got 0)"},
     {"initial_window_fraction", "rsfc: { initial_window_bytes: 3000.5 }\n", 1,

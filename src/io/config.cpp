@@ -498,26 +498,17 @@ void read_networks(Reader& r, const Entry& e, Config& c) {
 // ---------------------------------------------------------------------------------------------
 // The key tables. Ranges are documented in conf/rsfcd.yaml: keep the two in step.
 
-// rsfc: the RSFC controller (uplink knob). TO ADD AN RSFC KEY: add the field to RsfcParams in
-// include/rsfc/core/params.h, add ONE line below, and document it in conf/rsfcd.yaml (the
-// config_test checks that the example file parses and shows the defaults).
-const FieldTable<RsfcParams> kRsfcFields = {
-    {"threshold_ms", read_threshold},  // "auto" or ms > 0
-    {"threshold_floor_ms", duration_field(&RsfcParams::threshold_floor, kMilli, {0, 10'000})},
-    {"min_window_horizon_s", duration_field(&RsfcParams::min_window_horizon, kSecond, {1, 3'600})},
-    {"tbuff_filter_ms", duration_field(&RsfcParams::tbuff_filter, kMilli, {0, 10'000})},
+// rsfc.tuning: the control law's details (experimental). TO ADD AN RSFC KEY: add the field to
+// RsfcParams in include/rsfc/core/params.h, add ONE line below (or to kRsfcFields if an
+// operator needs it), and document it in conf/rsfcd.yaml (the config_test checks that the
+// example file parses and shows the defaults).
+const FieldTable<RsfcParams> kRsfcTuningFields = {
     {"control_interval_floor_ms",
      duration_field(&RsfcParams::control_interval_floor, kMilli, {1, 10'000})},
-    {"growth_per_rtt", real_field(&RsfcParams::growth_per_rtt, {0, 4, true, false})},
-    {"initial_window_bytes", uint_field(&RsfcParams::initial_window_bytes, 0, kMaxWindowBytes)},
-    {"threshold_ceiling_ms", duration_field(&RsfcParams::threshold_ceiling, kMilli, {1, 10'000})},
     {"rtt_smoothing_ms", duration_field(&RsfcParams::rtt_smoothing, kMilli, {1, 60'000})},
     {"probe_step_queue", real_field(&RsfcParams::probe_step_queue, {0, 10, true, false})},
     {"probe_below", real_field(&RsfcParams::probe_below, {0, 1})},
-    {"fast_target", real_field(&RsfcParams::fast_target, {0, 2})},
-    {"min_refresh_s", duration_field(&RsfcParams::min_refresh, kSecond, {0, 3'600})},
     {"drain_fraction", real_field(&RsfcParams::drain_fraction, {0, 1, true, true})},
-    {"path_check_ms", duration_field(&RsfcParams::path_check, kMilli, {0, 60'000})},
     {"path_foreign_rate", real_field(&RsfcParams::path_foreign_rate, {0, 1, true, false})},
     {"path_tolerance_ms", duration_field(&RsfcParams::path_tolerance, kMilli, {0, 1'000})},
     {"max_interval_ms", duration_field(&RsfcParams::max_interval, kMilli, {1, 60'000})},
@@ -529,13 +520,28 @@ const FieldTable<RsfcParams> kRsfcFields = {
     {"unused_fraction", real_field(&RsfcParams::unused_fraction, {0, 1})},
     {"unused_decay", real_field(&RsfcParams::unused_decay, {0, 1})},
     {"startup_growth", real_field(&RsfcParams::startup_growth, {1, 100})},
-    {"per_subscriber", bool_field(&RsfcParams::per_subscriber)},
-    {"share_equalize", real_field(&RsfcParams::share_equalize, {0, 1})},
     {"probe_doublings", uint_field(&RsfcParams::probe_doublings, 0, 10)},
     {"recut_fraction", real_field(&RsfcParams::recut_fraction, {0, 1, true, false})},
     {"min_window_segments", uint_field(&RsfcParams::min_window_segments, 1, 64)},
     {"lag_confirm_fraction", real_field(&RsfcParams::lag_confirm_fraction, {0, 1})},
     {"refresh_holdoff", real_field(&RsfcParams::refresh_holdoff, {0, 1})},
+};
+
+// rsfc: the RSFC controller (uplink knob), the keys an operator sets.
+const FieldTable<RsfcParams> kRsfcFields = {
+    {"threshold_ms", read_threshold},  // "auto" or ms > 0
+    {"threshold_floor_ms", duration_field(&RsfcParams::threshold_floor, kMilli, {0, 10'000})},
+    {"threshold_ceiling_ms", duration_field(&RsfcParams::threshold_ceiling, kMilli, {1, 10'000})},
+    {"min_window_horizon_s", duration_field(&RsfcParams::min_window_horizon, kSecond, {1, 3'600})},
+    {"tbuff_filter_ms", duration_field(&RsfcParams::tbuff_filter, kMilli, {0, 10'000})},
+    {"growth_per_rtt", real_field(&RsfcParams::growth_per_rtt, {0, 4, true, false})},
+    {"fast_target", real_field(&RsfcParams::fast_target, {0, 2})},
+    {"min_refresh_s", duration_field(&RsfcParams::min_refresh, kSecond, {0, 3'600})},
+    {"path_check_ms", duration_field(&RsfcParams::path_check, kMilli, {0, 60'000})},
+    {"initial_window_bytes", uint_field(&RsfcParams::initial_window_bytes, 0, kMaxWindowBytes)},
+    {"per_subscriber", bool_field(&RsfcParams::per_subscriber)},
+    {"share_equalize", real_field(&RsfcParams::share_equalize, {0, 1})},
+    {"tuning", section_field(kRsfcTuningFields, [](RsfcParams& p) -> RsfcParams& { return p; })},
 };
 
 const FieldTable<DrwaParams> kDrwaFields = {
@@ -600,8 +606,21 @@ const FieldTable<Config> kTopFields = {
     {"drwa", section_field(kDrwaFields, [](Config& c) -> DrwaParams& { return c.params.drwa; })},
 };
 
+bool has_field(const FieldTable<RsfcParams>& table, std::string_view name) {
+  return std::any_of(table.begin(), table.end(),
+                     [&](const Field<RsfcParams>& f) { return f.name == name; });
+}
+
 std::string moved_to(std::string_view dotted) {
   if (dotted == "rsfc.decision_log") return "the decision log is the top-level key decision_log";
+  constexpr std::string_view kRsfc = "rsfc.", kTuning = "rsfc.tuning.";
+  if (dotted.starts_with(kTuning) && has_field(kRsfcFields, dotted.substr(kTuning.size()))) {
+    return "an operator key, set it as rsfc." + std::string(dotted.substr(kTuning.size()));
+  }
+  if (dotted.starts_with(kRsfc) && has_field(kRsfcTuningFields, dotted.substr(kRsfc.size()))) {
+    return "moved to the experimental block, rsfc.tuning." +
+           std::string(dotted.substr(kRsfc.size()));
+  }
   return "";
 }
 
