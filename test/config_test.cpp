@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -91,9 +93,8 @@ TEST(Config, DefaultsForKeysLeftOut) {
   }
 }
 
-// Every key, set away from its default, lands in its field.
-TEST(Config, EveryKeyMapsToItsField) {
-  const Config c = parse_config(R"(
+// Every key, set away from its default.
+constexpr const char* kEveryKeyChanged = R"(
 queues: [3, 1, 2]
 subscriber_networks:
   - 10.0.0.0/8
@@ -136,7 +137,11 @@ rsfc:
     lag_confirm_fraction: 0.3
     refresh_holdoff: 0
 drwa: { alpha: 0.5, lambda: 2.25 }
-)");
+)";
+
+// Every key, set away from its default, lands in its field.
+TEST(Config, EveryKeyMapsToItsField) {
+  const Config c = parse_config(kEveryKeyChanged);
   EXPECT_EQ(c.queues, (std::vector<uint16_t>{3, 1, 2}));
   EXPECT_EQ(
       c.params.subscriber_networks,
@@ -311,6 +316,126 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.refresh_holdoff, dp.rsfc.refresh_holdoff);
   EXPECT_EQ(p.drwa.alpha, dp.drwa.alpha);
   EXPECT_EQ(p.drwa.lambda, dp.drwa.lambda);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The dotted names of the mapping keys in printed (block style) YAML, comments skipped.
+std::vector<std::string> dotted_keys(const std::string& yaml) {
+  std::vector<std::string> keys, path;
+  std::istringstream in(yaml);
+  for (std::string line; std::getline(in, line);) {
+    const size_t indent = line.find_first_not_of(' ');
+    if (indent == std::string::npos || line[indent] == '#') continue;
+    path.resize(indent / 2);
+    path.push_back(line.substr(indent, line.find(':') - indent));
+    std::string dotted;
+    for (const std::string& k : path) dotted += (dotted.empty() ? "" : ".") + k;
+    keys.push_back(dotted);
+  }
+  return keys;
+}
+
+std::vector<std::string> keys_under(const std::vector<std::string>& keys,
+                                    const std::string& section) {
+  std::vector<std::string> out;
+  for (const std::string& k : keys) {
+    if (k.rfind(section + ".", 0) == 0 && k.find('.', section.size() + 1) == std::string::npos) {
+      out.push_back(k.substr(section.size() + 1));
+    }
+  }
+  return out;
+}
+
+// conf/rsfcd.yaml is generated from the tables that read it, so its keys, defaults, ranges
+// and help cannot drift from the parser.
+TEST(ConfigPrint, ShippedFileIsThePrintedExample) {
+  EXPECT_EQ(read_text(kSourceDir + "/conf/rsfcd.yaml"), format_config(example_config(), false))
+      << "conf/rsfcd.yaml is generated: build/rsfcd --print-config > conf/rsfcd.yaml";
+}
+
+// What the operator sees under rsfc: (at most 12 keys), and the experimental block that
+// --print-config --tuning adds.
+TEST(ConfigPrint, RsfcKeysAndTuningBlock) {
+  const std::vector<std::string> shipped = dotted_keys(format_config(example_config(), false));
+  EXPECT_EQ(keys_under(shipped, "rsfc"),
+            (std::vector<std::string>{"threshold_ms", "threshold_floor_ms", "threshold_ceiling_ms",
+                                      "min_window_horizon_s", "tbuff_filter_ms", "growth_per_rtt",
+                                      "fast_target", "min_refresh_s", "path_check_ms",
+                                      "initial_window_bytes", "per_subscriber", "share_equalize"}));
+  const std::vector<std::string> all = dotted_keys(format_config(example_config(), true));
+  EXPECT_EQ(keys_under(all, "rsfc").back(), "tuning");
+  EXPECT_EQ(keys_under(all, "rsfc.tuning"), (std::vector<std::string>{"control_interval_floor_ms",
+                                                                      "rtt_smoothing_ms",
+                                                                      "probe_step_queue",
+                                                                      "probe_below",
+                                                                      "drain_fraction",
+                                                                      "path_foreign_rate",
+                                                                      "path_tolerance_ms",
+                                                                      "max_interval_ms",
+                                                                      "tick_multiple",
+                                                                      "rtt_gain",
+                                                                      "monitor_after_steps",
+                                                                      "monitor_steps",
+                                                                      "fine_tick_ms",
+                                                                      "unused_fraction",
+                                                                      "unused_decay",
+                                                                      "startup_growth",
+                                                                      "probe_doublings",
+                                                                      "recut_fraction",
+                                                                      "min_window_segments",
+                                                                      "lag_confirm_fraction",
+                                                                      "refresh_holdoff"}));
+  EXPECT_EQ(all.size(), shipped.size() + 22);  // tuning and its keys: nothing else differs
+}
+
+// Printing and reading go through the same table: a printed configuration reads back as
+// the one printed, for the defaults, the example, and every key away from its default.
+TEST(ConfigPrint, ReadsBackAsPrinted) {
+  for (const Config& c : {Config{}, example_config(), parse_config(kEveryKeyChanged)}) {
+    for (const bool tuning : {false, true}) {
+      const std::string text = format_config(c, tuning);
+      EXPECT_EQ(format_config(parse_config(text), tuning), text) << text;
+    }
+  }
+  const Config changed = parse_config(kEveryKeyChanged);
+  const Config back = parse_config(format_config(changed, true));
+  EXPECT_EQ(back.params.rsfc.threshold, changed.params.rsfc.threshold);
+  EXPECT_EQ(back.params.rsfc.path_tolerance, 2'500 * kMicro);
+  EXPECT_EQ(back.params.rsfc.probe_doublings, 0u);
+  EXPECT_EQ(back.params.subscriber_networks, changed.params.subscriber_networks);
+  EXPECT_EQ(back.decision_log, "/var/log/rsfcd/decisions.jsonl");
+}
+
+// A value away from its default says what the default is; awkward strings are quoted so
+// that they read back.
+TEST(ConfigPrint, ShowsDefaultsAndQuotes) {
+  const std::string text = format_config(example_config(), false);
+  EXPECT_NE(text.find("# Values: off, observe, static, rsfc or drwa. Default: \"off\".\n"
+                      "  policy: static\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("  policy: \"off\"\n"), std::string::npos);  // PyYAML reads off as false
+  Config c;
+  c.decision_log = "/tmp/a \"b\"\\c\n";
+  c.params.rsfc.threshold = 12'500 * kMicro;
+  c.params.idle_timeout = 1'500 * kMilli;
+  const std::string printed = format_config(c, false);
+  EXPECT_NE(printed.find("decision_log: \"/tmp/a \\\"b\\\"\\\\c\\n\"\n"), std::string::npos)
+      << printed;
+  EXPECT_NE(printed.find("threshold_ms: 12.5\n"), std::string::npos);
+  EXPECT_NE(printed.find("idle_timeout_s: 1.5\n"), std::string::npos);
+  const Config back = parse_config(printed);
+  EXPECT_EQ(back.decision_log, c.decision_log);
+  EXPECT_EQ(back.params.rsfc.threshold, c.params.rsfc.threshold);
+  EXPECT_EQ(back.params.idle_timeout, c.params.idle_timeout);
+  // No line is longer than the printer's width.
+  std::istringstream in(format_config(example_config(), true));
+  for (std::string line; std::getline(in, line);) EXPECT_LE(line.size(), 96u) << line;
 }
 
 struct BadCase {

@@ -1,4 +1,5 @@
-"""Configuration: --check-config exit codes and one-line messages; SIGHUP applies a changed
+"""Configuration: --check-config exit codes and one-line messages; --print-config prints the
+shipped conf/rsfcd.yaml (and, with --tuning, the experimental block); SIGHUP applies a changed
 static window to existing flows without losing their state; a bad file on SIGHUP keeps the
 running configuration."""
 
@@ -7,6 +8,7 @@ import subprocess
 import time
 
 import pytest
+import yaml
 
 from helpers import static_cfg
 from topo import DEFAULT_CONFIG, REPO, deep_merge, to_yaml
@@ -56,6 +58,62 @@ def test_check_config_rejects_bad_files(prerequisites, tmp_path, label, text, wo
     lines = out.splitlines()
     assert len(lines) == 1, f"{label}: want a one-line message, got {lines}"
     assert word in lines[0], f"{label}: message does not name {word!r}: {lines[0]}"
+
+
+OPERATOR_RSFC_KEYS = [
+    "threshold_ms", "threshold_floor_ms", "threshold_ceiling_ms", "min_window_horizon_s",
+    "tbuff_filter_ms", "growth_per_rtt", "fast_target", "min_refresh_s", "path_check_ms",
+    "initial_window_bytes", "per_subscriber", "share_equalize"]
+TUNING_KEYS = [
+    "control_interval_floor_ms", "rtt_smoothing_ms", "probe_step_queue", "probe_below",
+    "drain_fraction", "path_foreign_rate", "path_tolerance_ms", "max_interval_ms",
+    "tick_multiple", "rtt_gain", "monitor_after_steps", "monitor_steps", "fine_tick_ms",
+    "unused_fraction", "unused_decay", "startup_growth", "probe_doublings", "recut_fraction",
+    "min_window_segments", "lag_confirm_fraction", "refresh_holdoff"]
+
+
+def _print_config(binary, *flags):
+    r = subprocess.run([str(binary), "--print-config", *flags], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode == 0 and not r.stderr, (r.returncode, r.stderr)
+    return r.stdout
+
+
+def test_print_config_is_the_shipped_file(prerequisites):
+    shipped = (REPO / "conf" / "rsfcd.yaml").read_text()
+    assert _print_config(prerequisites) == shipped, \
+        "conf/rsfcd.yaml is generated: build/rsfcd --print-config > conf/rsfcd.yaml"
+    # PyYAML (YAML 1.1) reads it as rsfcd does: the shipped policies, 12 operator keys.
+    cfg = yaml.safe_load(shipped)
+    assert cfg["uplink"] == {"policy": "static", "static_window_bytes": 65535}
+    assert cfg["downlink"] == {"policy": "off", "static_window_bytes": 65535}
+    assert list(cfg["rsfc"]) == OPERATOR_RSFC_KEYS
+    assert cfg["decision_log"] == ""
+
+
+def test_print_config_tuning_lists_the_experimental_block(prerequisites, tmp_path):
+    text = _print_config(prerequisites, "--tuning")
+    cfg = yaml.safe_load(text)
+    assert list(cfg["rsfc"]) == OPERATOR_RSFC_KEYS + ["tuning"]
+    assert list(cfg["rsfc"]["tuning"]) == TUNING_KEYS
+    path = tmp_path / "tuning.yaml"
+    path.write_text(text)
+    rc, out = _check(prerequisites, path)
+    assert rc == 0, out
+    r = subprocess.run([str(prerequisites), "--print-config", "--bogus"], capture_output=True,
+                       text=True, timeout=10)
+    assert r.returncode == 2 and "unrecognised" in r.stderr
+
+
+@pytest.mark.parametrize("text,word", [
+    ("rsfc:\n  decision_log: /tmp/d.jsonl\n", "top-level key decision_log"),
+    ("rsfc:\n  probe_below: 0.3\n", "rsfc.tuning.probe_below"),
+])
+def test_moved_keys_name_their_new_place(prerequisites, tmp_path, text, word):
+    path = tmp_path / "moved.yaml"
+    path.write_text(GOOD + text)
+    rc, out = _check(prerequisites, path)
+    assert rc == 2 and len(out.splitlines()) == 1 and word in out, out
 
 
 def test_check_config_missing_file(prerequisites, tmp_path):

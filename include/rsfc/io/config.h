@@ -37,6 +37,16 @@ Config parse_config(std::string_view yaml_text, std::string_view source = "<conf
 // Reads and parses a file; a missing/unreadable file is a ConfigError too.
 Config load_config_file(const std::string& path);
 
+// The configuration that ships as conf/rsfcd.yaml: the defaults, with the lab's subscriber
+// prefixes and a static 64 KB clamp on the uplink knob.
+Config example_config();
+
+// `shown` as commented YAML, every key with its help, what it accepts, and its default where
+// `shown` differs from it; `tuning` adds the experimental block rsfc.tuning. The same tables
+// read and print, so format_config(example_config(), false) is conf/rsfcd.yaml, byte for
+// byte (config_test checks), and parse_config reads back exactly `shown`.
+std::string format_config(const Config& shown, bool tuning);
+
 // Keys that need a restart (queues, flows.max, metrics.listen, queue.*): a list of their
 // names whose values differ, for the reload path to warn about.
 std::vector<std::string> restart_only_differences(const Config& running, const Config& loaded);
