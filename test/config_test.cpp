@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -220,13 +221,13 @@ TEST(Config, OtherValidSpellings) {
 // yaml-cpp reads a bare `off` as "off", PyYAML as false: both spellings work, and real
 // booleans are refused, so a file means the same thing to both readers.
 // What editors produce: a byte-order mark, CRLF line ends, non-ASCII comments, quoted
-// values with escapes and anchors. (The quote check must not misfire on any of it.)
+// values with escapes and tags. (The quote check must not misfire on any of it.)
 TEST(Config, EditorArtefactsAreFine) {
   const std::string yaml =
       "\xEF\xBB\xBF# caf\xC3\xA9 \xE2\x82\xAC config\r\n"
       "log: { level: \"info\" }\r\n"
       "subscriber_networks: [\"10.0.0.0/8\", '2001:2::/48']  # r\xC3\xA9seau\r\n"
-      "uplink: { policy: &p 'static' }\r\n"
+      "uplink: { policy: !!str 'static' }\r\n"
       "decision_log: \"/tmp/d\\\"q\\\".log\"\r\n"
       "metrics: { listen: !!str '[::1]:9477' }\r\n";
   const Config c = parse_config(yaml);
@@ -354,9 +355,23 @@ std::vector<std::string> keys_under(const std::vector<std::string>& keys,
 
 // conf/rsfcd.yaml is generated from the tables that read it, so its keys, defaults, ranges
 // and help cannot drift from the parser.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
 TEST(ConfigPrint, ShippedFileIsThePrintedExample) {
-  EXPECT_EQ(read_text(kSourceDir + "/conf/rsfcd.yaml"), format_config(example_config(), false))
-      << "conf/rsfcd.yaml is generated: build/rsfcd --print-config > conf/rsfcd.yaml";
+  const std::string shipped = read_text(kSourceDir + "/conf/rsfcd.yaml");
+  const std::string printed = format_config(example_config(), false);
+  if (shipped == printed) return;
+  const std::vector<std::string> a = lines_of(shipped), b = lines_of(printed);
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  ADD_FAILURE() << "conf/rsfcd.yaml:" << i + 1 << ": '" << (i < a.size() ? a[i] : "<end>")
+                << "', printed: '" << (i < b.size() ? b[i] : "<end>")
+                << "'. The file is generated: build/rsfcd --print-config > conf/rsfcd.yaml";
 }
 
 // What the operator sees under rsfc: (at most 12 keys), and the experimental block that
@@ -497,6 +512,11 @@ const BadCase kBadCases[] = {
     {"unknown_tuning_key", "rsfc:\n  tuning:\n    probe_belo: 0.3\n", 3, "rsfc.tuning.probe_belo",
      "unknown key, did you mean probe_below?"},
     {"tuning_not_mapping", "rsfc: { tuning: 1 }\n", 1, "rsfc.tuning", "expected a mapping"},
+    {"anchor", "log: { level: info }\nuplink: { policy: &p static }\n", 2, "",
+     "YAML anchors and aliases (&name, *name) are not accepted: write the value out (got &p)"},
+    {"anchored_section", "defaults: &d\n  level: info\nlog:\n  <<: *d\n", 1, "",
+     "anchors and aliases (&name, *name) are not accepted: write the value out (got &d)"},
+    {"anchor_in_flow", "queues: [0, &q 1]\n", 1, "", "(got &q)"},
     {"merge_key", "<<: { queues: [0] }\n", 1, "<<", "unknown key"},
     {"duplicate_top_key", "queues: [0]\nlog: {level: info}\nqueues: [1]\n", 3, "queues",
      "duplicate key (first set on line 1)"},
@@ -732,6 +752,23 @@ TEST(ConfigFile, ErrorsNameThePath) {
       EXPECT_EQ(std::string(e.what()).rfind(path + c.what, 0), 0u) << e.what();
     }
   }
+}
+
+// Nested aliases grow 10x per level once expanded: refused before any walk of the tree, so
+// the answer comes at once (10^8 nodes: it took ~14 s when every alias was followed).
+TEST(ConfigFile, AliasBombIsRefusedAtOnce) {
+  const std::string path = kDataDir + "alias_bomb.yaml";
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    load_config_file(path);
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path +
+                  ":3: YAML anchors and aliases (&name, *name) are not accepted: write the "
+                  "value out (got &a)");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
 }
 
 TEST(ConfigFile, LargeFileIsRefused) {

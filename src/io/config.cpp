@@ -1071,10 +1071,10 @@ void check_quotes(const Reader& r, const YAML::Node& n, std::string_view text,
   if (!n.IsScalar() || n.Tag() == "?" || n.Mark().is_null() || n.Mark().pos < 0) return;
   size_t i = static_cast<size_t>(n.Mark().pos);
   auto at = [&](size_t k) { return k < text.size() ? text[k] : '\n'; };
-  // Skip node properties: an anchor (&a) or a tag (!!str), each followed by blanks.
+  // Skip a node's tag (!!str) and the blanks after it (anchors were refused before).
   auto blank = [&](size_t k) { return at(k) == ' ' || at(k) == '\t'; };
   auto end_of_line = [&](size_t k) { return at(k) == '\n' || at(k) == '\r'; };
-  while (at(i) == '&' || at(i) == '!') {
+  while (at(i) == '!') {
     ++i;
     while (!blank(i) && !end_of_line(i) && at(i) != '"' && at(i) != '\'') ++i;
     while (blank(i)) ++i;
@@ -1126,13 +1126,17 @@ void check_directives(const Reader& r, std::string_view text) {
   }
 }
 
-// Counts the documents in a stream (only the first two are read) and notices a parser that
-// makes no progress between documents.
-class DocumentCounter : public YAML::EventHandler {
+// Reads the stream as events, before any node is built: counts the documents (only the first
+// two are read), notices a parser that makes no progress between documents, and finds the
+// first anchor (&name) or alias (*name). Aliases are refused: each one is a reference the
+// tree walks would follow again, so nested aliases grow the work 10x per level (a 556-byte
+// file held --check-config for seconds); no configuration needs them.
+class DocumentScan : public YAML::EventHandler {
  public:
   int documents = 0;
   bool stuck = false;
-  int second_line = 0;  // 1-based line where the second document starts
+  int second_line = 0;               // 1-based line where the second document starts
+  std::optional<YAML::Mark> anchor;  // the first anchor or alias
 
   void OnDocumentStart(const YAML::Mark& mark) override {
     if (++documents == 2) {
@@ -1143,20 +1147,37 @@ class DocumentCounter : public YAML::EventHandler {
     }
   }
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t a) override { note(mark, a); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { note(mark, 1); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t a,
+                const std::string&) override {
+    note(mark, a);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t a,
+                       YAML::EmitterStyle::value) override {
+    note(mark, a);
+  }
   void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t a,
+                  YAML::EmitterStyle::value) override {
+    note(mark, a);
+  }
   void OnMapEnd() override {}
 
  private:
+  void note(const YAML::Mark& mark, YAML::anchor_t a) {
+    if (a != YAML::NullAnchor && !anchor) anchor = mark;
+  }
   int first_pos_ = -1;
 };
+
+// The anchor or alias token at `pos` ("&name", "*name"), for the error message.
+std::string anchor_at(std::string_view text, int pos) {
+  if (pos < 0 || static_cast<size_t>(pos) >= text.size()) return "an anchor";
+  const std::string_view rest = text.substr(static_cast<size_t>(pos));
+  if (!rest.starts_with('&') && !rest.starts_with('*')) return "an anchor";
+  return one_line(rest.substr(0, std::min(rest.find_first_of(" \t\r\n,]}"), size_t{40})));
+}
 
 }  // namespace
 
@@ -1176,12 +1197,17 @@ Config parse_config(std::string_view yaml_text, std::string_view source) {
     // parser then reports empty documents at one position forever.
     std::istringstream in(text);
     YAML::Parser parser(in);
-    DocumentCounter counter;
-    for (int i = 0; i < 2 && parser.HandleNextDocument(counter); ++i) {
+    DocumentScan scan;
+    for (int i = 0; i < 2 && parser.HandleNextDocument(scan); ++i) {
     }
-    if (counter.stuck) r.fail(counter.second_line, "", "YAML syntax error: unexpected character");
-    if (counter.documents > 1) {
-      r.fail(counter.second_line, "", "more than one YAML document (a second '---' or a '...')");
+    if (scan.stuck) r.fail(scan.second_line, "", "YAML syntax error: unexpected character");
+    if (scan.documents > 1) {
+      r.fail(scan.second_line, "", "more than one YAML document (a second '---' or a '...')");
+    }
+    if (scan.anchor) {
+      r.fail(scan.anchor->line + 1, "",
+             "YAML anchors and aliases (&name, *name) are not accepted: write the value out (got " +
+                 anchor_at(text, scan.anchor->pos) + ")");
     }
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
@@ -1242,6 +1268,7 @@ constexpr std::string_view kHeader =
     "key refuses the bare YAML 1.1 boolean words (yes/no/on/off/true/false...): quote them if you "
     "mean them.\n"
     "- One document only; UTF-8 text; no % directives other than %YAML/%TAG before '---'.\n"
+    "- No anchors or aliases (&name, *name): write every value out.\n"
     "- A key with no value (`min_window_bytes:`) is an error; a SECTION with no value (every key "
     "under `rsfc:` commented out) means \"all defaults\".\n"
     "- Keys left out take their defaults.\n"

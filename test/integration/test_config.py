@@ -182,3 +182,13 @@ def test_decision_log_is_a_top_level_key_applied_on_sighup(rsfcd, tmp_path):
         time.sleep(0.05)
     assert second.exists(), f"SIGHUP did not open the new decision log: {d.log_tail()}"
     assert d.alive()
+
+
+def test_check_config_refuses_nested_aliases_at_once(prerequisites):
+    """A 'billion laughs' file (aliases of aliases, 10^8 nodes expanded) is refused in one
+    line, at once: it used to hold --check-config (and SIGHUP) for ~14 s."""
+    path = REPO / "test" / "data" / "config" / "alias_bomb.yaml"
+    start = time.monotonic()
+    rc, out = _check(prerequisites, path)
+    assert rc == 2 and len(out.splitlines()) == 1 and "anchors and aliases" in out, out
+    assert time.monotonic() - start < 2, "took too long"
