@@ -197,9 +197,9 @@ TEST(Config, OtherValidSpellings) {
   Config c = parse_config("rsfc: { threshold_ms: \"auto\" }\nmetrics: { listen: \"\" }\n");
   EXPECT_FALSE(c.params.rsfc.threshold.has_value());
   EXPECT_EQ(c.metrics_listen, "");
-  c = parse_config("log: { level: warn }\nflows: { max: 4294967295 }\nqueues: [65535, 0]\n");
+  c = parse_config("log: { level: warn }\nflows: { max: 2 }\nqueues: [65535, 0]\n");
   EXPECT_EQ(c.log_level, LogLevel::kWarn);
-  EXPECT_EQ(c.flows_max, 4'294'967'295u);
+  EXPECT_EQ(c.flows_max, 2u);
   EXPECT_EQ(c.queues, (std::vector<uint16_t>{65535, 0}));
   c = parse_config("log: { level: error }\nmetrics: { listen: 0.0.0.0:1 }\n");
   EXPECT_EQ(c.log_level, LogLevel::kError);
@@ -570,6 +570,16 @@ const BadCase kBadCases[] = {
     {"uint64_overflow", "flows: { max: 99999999999999999999999 }\n", 1, "flows.max",
      "out of range"},
     {"flows_max_zero", "flows: { max: 0 }\n", 1, "flows.max", "out of range"},
+    // flows.max per worker: it used to wrap to 1 flow per worker with two queues
+    {"flows_max_below_queues", "queues: [0, 1, 2]\nflows: { max: 2 }\n", 2, "flows.max",
+     "must be at least the number of queues (3): each queue's worker gets flows.max / 3 flows "
+     "(got 2)"},
+    {"flows_max_default_below_queues", "flows:\n  max: 1\nqueues: [0, 1]\n", 2, "flows.max",
+     "at least the number of queues (2)"},
+    {"flows_max_wraps_with_two_queues", "queues: [0, 1]\nflows: { max: 4294967295 }\n", 2,
+     "flows.max", "bytes per flow), more than this machine's memory"},
+    {"flows_max_per_worker_index", "flows: { max: 4294967295 }\n", 1, "flows.max",
+     "4294967295 flows per queue's worker, more than its flow table can index (2147483648)"},
     {"path_foreign_rate_zero", "rsfc: { tuning: { path_foreign_rate: 0 } }\n", 1,
      "rsfc.tuning.path_foreign_rate", "out of range"},
     {"path_check_too_long", "rsfc: { path_check_ms: 60001 }\n", 1, "rsfc.path_check_ms",
@@ -788,6 +798,17 @@ TEST(ConfigFile, LargeFileIsRefused) {
     EXPECT_NE(std::string(e.what()).find("larger than"), std::string::npos) << e.what();
   }
   std::remove(path.c_str());
+}
+
+TEST(FlowsPerWorker, SharesFlowsMaxBetweenQueues) {
+  EXPECT_EQ(flows_per_worker(parse_config("queues: [0]\n")), 1'000'000u);
+  EXPECT_EQ(flows_per_worker(parse_config("queues: [0, 1]\nflows: { max: 5 }\n")), 3u);
+  EXPECT_EQ(flows_per_worker(parse_config("queues: [0, 1]\nflows: { max: 2 }\n")), 1u);
+  // The largest that used to wrap to 1: two queues, 2^32 - 1 flows, no overflow.
+  Config c;
+  c.queues = {0, 1};
+  c.flows_max = 4'294'967'295u;
+  EXPECT_EQ(flows_per_worker(c), 2'147'483'648u);
 }
 
 TEST(RestartOnly, ListsChangedRestartOnlyKeys) {

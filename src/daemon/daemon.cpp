@@ -373,9 +373,8 @@ class Daemon {
       http_ = std::move(http).value();
     }
 
-    // One worker per queue; flows.max is shared out between them.
-    const auto nq = static_cast<uint32_t>(running_.queues.size());
-    const uint32_t flows_per_worker = std::max<uint32_t>(1, (running_.flows_max + nq - 1) / nq);
+    // One worker per queue; flows.max is shared out between them (checked at load).
+    const uint32_t flows_per_worker = rsfc::flows_per_worker(running_);
     try {
       for (uint16_t q : running_.queues) {
         workers_.push_back(std::make_unique<Worker>(q, flows_per_worker, running_));

@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <unistd.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -32,6 +33,9 @@
 #include <sstream>
 #include <type_traits>
 #include <utility>
+
+#include "rsfc/core/engine.h"
+#include "rsfc/core/flow_table.h"
 
 namespace rsfc {
 namespace {
@@ -892,9 +896,10 @@ const FieldTable<Config> kQueueFields = {
 
 const FieldTable<Config> kFlowsFields = {
     {"max", uint_field(&Config::flows_max, 1, kU32Max),
-     "Flows tracked at most, shared out evenly between the queues' workers (at least one flow "
-     "each). Memory for every flow is reserved at start and must fit in the machine's memory: "
-     "rsfcd --check-config checks both. Restart-only."},
+     "Flows tracked at most, shared out between the queues' workers: each gets flows.max / "
+     "queues (rounded up), which must be at least 1 and at most 2^31 (what its flow table can "
+     "index). Memory for every flow is reserved at start: flows.max x the size of a flow (about "
+     "2.6 KB) must fit in the machine's physical memory. Restart-only."},
     {"idle_timeout_s",
      duration_field([](auto& c) -> auto& { return c.params.idle_timeout; }, kSecond,
                     {1, 7 * 86'400}),
@@ -1024,7 +1029,61 @@ void check_direction(const Reader& r, const Config& c, const DirectionParams& d,
   }
 }
 
+// The flow table indexes its hash buckets (kBucketsPerFlow per flow, a power of two in all)
+// with 32 bits: at most 2^31 flows per worker.
+constexpr uint64_t kMaxFlowsPerWorker = (uint64_t{1} << 32) / FlowTable::kBucketsPerFlow;
+
+// The machine's physical memory in bytes; 0 if unknown.
+uint64_t physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0
+             ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)
+             : 0;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  std::array<char, 32> buf{};
+  const double gib = static_cast<double>(bytes) / static_cast<double>(1ULL << 30);
+  if (gib >= 1024) {
+    std::snprintf(buf.data(), buf.size(), "%.1f TiB", gib / 1024);
+  } else {
+    std::snprintf(buf.data(), buf.size(), "%.1f GiB", gib);
+  }
+  return buf.data();
+}
+
+// flows.max is shared out between the queues' workers, each of which reserves its flow table
+// at start: every worker must get at least one flow, its table must be indexable, and all of
+// them must fit in the machine's memory.
+void check_flows(const Reader& r, const Config& c) {
+  const uint64_t queues = c.queues.size();
+  const uint64_t per_worker = flows_per_worker(c);
+  const int line = r.line_of("flows.max").value_or(r.line_of("queues").value_or(0));
+  const std::string got = " (got " + std::to_string(c.flows_max) + ")";
+  if (c.flows_max < queues) {
+    r.fail(line, "flows.max",
+           "must be at least the number of queues (" + std::to_string(queues) +
+               "): each queue's worker gets flows.max / " + std::to_string(queues) + " flows" +
+               got);
+  }
+  if (per_worker > kMaxFlowsPerWorker) {
+    r.fail(line, "flows.max",
+           std::to_string(per_worker) + " flows per queue's worker, more than its flow table " +
+               "can index (" + std::to_string(kMaxFlowsPerWorker) + "); add queues or lower it" +
+               got);
+  }
+  const uint64_t reserved = per_worker * queues * Engine::bytes_per_flow();
+  if (const uint64_t memory = physical_memory(); memory != 0 && reserved > memory) {
+    r.fail(line, "flows.max",
+           "the flow tables would reserve " + format_bytes(reserved) + " (" +
+               std::to_string(Engine::bytes_per_flow()) + " bytes per flow), more than this " +
+               "machine's memory (" + format_bytes(memory) + ")" + got);
+  }
+}
+
 void check_config(const Reader& r, const Config& c) {
+  check_flows(r, c);
   check_direction(r, c, c.params.uplink, "uplink");
   check_direction(r, c, c.params.downlink, "downlink");
 
@@ -1293,6 +1352,11 @@ std::string format_config(const Config& shown, bool tuning) {
   const Config defaults;
   for (const Field<Config>& f : kTopFields) f.print(p, f, shown, defaults);
   return p.take();
+}
+
+uint32_t flows_per_worker(const Config& c) {
+  const uint64_t queues = std::max<size_t>(1, c.queues.size());
+  return static_cast<uint32_t>((uint64_t{c.flows_max} + queues - 1) / queues);
 }
 
 std::vector<std::string> restart_only_differences(const Config& running, const Config& loaded) {

@@ -31,6 +31,10 @@ BAD = [
     ("bad prefix", GOOD.replace('"198.18.0.0/16"', '"198.18.0.0/33"'), "subscriber_networks"),
     ("queue out of range", GOOD.replace("queues: [0]", "queues: [70000]"), "queues"),
     ("YAML syntax", "uplink: [\n", ""),
+    ("flows.max below the queues", GOOD.replace("queues: [0]", "queues: [0, 1]")
+     .replace("max: 100000", "max: 1"), "flows.max"),
+    ("flows.max wrapping per worker", GOOD.replace("queues: [0]", "queues: [0, 1]")
+     .replace("max: 100000", "max: 4294967295"), "flows.max"),
 ]
 
 

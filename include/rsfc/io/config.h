@@ -47,6 +47,11 @@ Config example_config();
 // byte (config_test checks), and parse_config reads back exactly `shown`.
 std::string format_config(const Config& shown, bool tuning);
 
+// flows.max shared out between the queues' workers: flows.max / queues, rounded up.
+// parse_config has checked that it is at least 1, that a worker's flow table can index it
+// (at most 2^31), and that all the workers' tables fit in the machine's physical memory.
+uint32_t flows_per_worker(const Config& c);
+
 // Keys that need a restart (queues, flows.max, metrics.listen, queue.*): a list of their
 // names whose values differ, for the reload path to warn about.
 std::vector<std::string> restart_only_differences(const Config& running, const Config& loaded);
