@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -85,15 +88,14 @@ TEST(Config, DefaultsForKeysLeftOut) {
     EXPECT_EQ(c.params.rsfc.control_interval_floor, 20 * kMilli);
     EXPECT_EQ(c.params.rsfc.growth_per_rtt, 0.25);
     EXPECT_EQ(c.params.rsfc.initial_window_bytes, 0u);
-    EXPECT_EQ(c.params.rsfc.decision_log, "");
+    EXPECT_EQ(c.decision_log, "");
     EXPECT_EQ(c.params.drwa.alpha, 0.875);
     EXPECT_EQ(c.params.drwa.lambda, 3.0);
   }
 }
 
-// Every key, set away from its default, lands in its field.
-TEST(Config, EveryKeyMapsToItsField) {
-  const Config c = parse_config(R"(
+// Every key, set away from its default.
+constexpr const char* kEveryKeyChanged = R"(
 queues: [3, 1, 2]
 subscriber_networks:
   - 10.0.0.0/8
@@ -106,36 +108,41 @@ queue: { maxlen: 100_000, socket_buffer_bytes: 65536, batch: 1 }
 flows: { max: 5, idle_timeout_s: 86_400, closed_timeout_s: 1.5, embryonic_timeout_s: 7 }
 metrics: { listen: "[::1]:9100" }
 log: { level: debug }
+decision_log: /var/log/rsfcd/decisions.jsonl
 rsfc:
   threshold_ms: 12.5
   threshold_floor_ms: 4
   min_window_horizon_s: 30
   tbuff_filter_ms: 0
-  control_interval_floor_ms: 1
   growth_per_rtt: 1
   initial_window_bytes: 65535
-  decision_log: /var/log/rsfcd/decisions.jsonl
   path_check_ms: 0
-  path_foreign_rate: 0.5
-  path_tolerance_ms: 2.5
-  max_interval_ms: 500
-  tick_multiple: 2
-  rtt_gain: 1
-  monitor_after_steps: 5
-  monitor_steps: 4
-  fine_tick_ms: 1
-  unused_fraction: 0
-  unused_decay: 1
-  startup_growth: 1.5
   per_subscriber: false
   share_equalize: 0.25
-  probe_doublings: 0
-  recut_fraction: 1
-  min_window_segments: 4
-  lag_confirm_fraction: 0.3
-  refresh_holdoff: 0
+  tuning:
+    control_interval_floor_ms: 1
+    path_foreign_rate: 0.5
+    path_tolerance_ms: 2.5
+    max_interval_ms: 500
+    tick_multiple: 2
+    rtt_gain: 1
+    monitor_after_steps: 5
+    monitor_steps: 4
+    fine_tick_ms: 1
+    unused_fraction: 0
+    unused_decay: 1
+    startup_growth: 1.5
+    probe_doublings: 0
+    recut_fraction: 1
+    min_window_segments: 4
+    lag_confirm_fraction: 0.3
+    refresh_holdoff: 0
 drwa: { alpha: 0.5, lambda: 2.25 }
-)");
+)";
+
+// Every key, set away from its default, lands in its field.
+TEST(Config, EveryKeyMapsToItsField) {
+  const Config c = parse_config(kEveryKeyChanged);
   EXPECT_EQ(c.queues, (std::vector<uint16_t>{3, 1, 2}));
   EXPECT_EQ(
       c.params.subscriber_networks,
@@ -161,7 +168,7 @@ drwa: { alpha: 0.5, lambda: 2.25 }
   EXPECT_EQ(c.params.rsfc.control_interval_floor, 1 * kMilli);
   EXPECT_EQ(c.params.rsfc.growth_per_rtt, 1.0);
   EXPECT_EQ(c.params.rsfc.initial_window_bytes, 65535u);
-  EXPECT_EQ(c.params.rsfc.decision_log, "/var/log/rsfcd/decisions.jsonl");
+  EXPECT_EQ(c.decision_log, "/var/log/rsfcd/decisions.jsonl");
   EXPECT_EQ(c.params.rsfc.path_check, 0);
   EXPECT_EQ(c.params.rsfc.path_foreign_rate, 0.5);
   EXPECT_EQ(c.params.rsfc.path_tolerance, 2'500 * kMicro);
@@ -190,9 +197,9 @@ TEST(Config, OtherValidSpellings) {
   Config c = parse_config("rsfc: { threshold_ms: \"auto\" }\nmetrics: { listen: \"\" }\n");
   EXPECT_FALSE(c.params.rsfc.threshold.has_value());
   EXPECT_EQ(c.metrics_listen, "");
-  c = parse_config("log: { level: warn }\nflows: { max: 4294967295 }\nqueues: [65535, 0]\n");
+  c = parse_config("log: { level: warn }\nflows: { max: 2 }\nqueues: [65535, 0]\n");
   EXPECT_EQ(c.log_level, LogLevel::kWarn);
-  EXPECT_EQ(c.flows_max, 4'294'967'295u);
+  EXPECT_EQ(c.flows_max, 2u);
   EXPECT_EQ(c.queues, (std::vector<uint16_t>{65535, 0}));
   c = parse_config("log: { level: error }\nmetrics: { listen: 0.0.0.0:1 }\n");
   EXPECT_EQ(c.log_level, LogLevel::kError);
@@ -214,22 +221,22 @@ TEST(Config, OtherValidSpellings) {
 // yaml-cpp reads a bare `off` as "off", PyYAML as false: both spellings work, and real
 // booleans are refused, so a file means the same thing to both readers.
 // What editors produce: a byte-order mark, CRLF line ends, non-ASCII comments, quoted
-// values with escapes and anchors. (The quote check must not misfire on any of it.)
+// values with escapes and tags. (The quote check must not misfire on any of it.)
 TEST(Config, EditorArtefactsAreFine) {
   const std::string yaml =
       "\xEF\xBB\xBF# caf\xC3\xA9 \xE2\x82\xAC config\r\n"
       "log: { level: \"info\" }\r\n"
       "subscriber_networks: [\"10.0.0.0/8\", '2001:2::/48']  # r\xC3\xA9seau\r\n"
-      "uplink: { policy: &p 'static' }\r\n"
-      "rsfc: { decision_log: \"/tmp/d\\\"q\\\".log\" }\r\n"
+      "uplink: { policy: !!str 'static' }\r\n"
+      "decision_log: \"/tmp/d\\\"q\\\".log\"\r\n"
       "metrics: { listen: !!str '[::1]:9477' }\r\n";
   const Config c = parse_config(yaml);
   EXPECT_EQ(c.log_level, LogLevel::kInfo);
   EXPECT_EQ(c.params.uplink.policy, Policy::kStatic);
   EXPECT_EQ(c.params.subscriber_networks.size(), 2u);
-  EXPECT_EQ(c.params.rsfc.decision_log, "/tmp/d\"q\".log");
+  EXPECT_EQ(c.decision_log, "/tmp/d\"q\".log");
   EXPECT_EQ(c.metrics_listen, "[::1]:9477");
-  EXPECT_EQ(parse_config("rsfc: { decision_log: 'it''s' }\n").params.rsfc.decision_log, "it's");
+  EXPECT_EQ(parse_config("decision_log: 'it''s'\n").decision_log, "it's");
   // A directive header, an explicit document start and end.
   EXPECT_EQ(parse_config("%YAML 1.1\n# header\n---\nlog: { level: warn }\n...\n").log_level,
             LogLevel::kWarn);
@@ -266,6 +273,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(c.socket_rcvbuf, d.socket_rcvbuf);
   EXPECT_EQ(c.batch_size, d.batch_size);
   EXPECT_EQ(c.flows_max, d.flows_max);
+  EXPECT_EQ(c.decision_log, d.decision_log);
   const EngineParams& p = c.params;
   const EngineParams& dp = d.params;
   EXPECT_EQ(p.uplink.static_window_bytes, dp.uplink.static_window_bytes);
@@ -281,7 +289,6 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.control_interval_floor, dp.rsfc.control_interval_floor);
   EXPECT_EQ(p.rsfc.growth_per_rtt, dp.rsfc.growth_per_rtt);
   EXPECT_EQ(p.rsfc.initial_window_bytes, dp.rsfc.initial_window_bytes);
-  EXPECT_EQ(p.rsfc.decision_log, dp.rsfc.decision_log);
   EXPECT_EQ(p.rsfc.threshold_ceiling, dp.rsfc.threshold_ceiling);
   EXPECT_EQ(p.rsfc.rtt_smoothing, dp.rsfc.rtt_smoothing);
   EXPECT_EQ(p.rsfc.probe_step_queue, dp.rsfc.probe_step_queue);
@@ -312,6 +319,140 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.drwa.lambda, dp.drwa.lambda);
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The dotted names of the mapping keys in printed (block style) YAML, comments skipped.
+std::vector<std::string> dotted_keys(const std::string& yaml) {
+  std::vector<std::string> keys, path;
+  std::istringstream in(yaml);
+  for (std::string line; std::getline(in, line);) {
+    const size_t indent = line.find_first_not_of(' ');
+    if (indent == std::string::npos || line[indent] == '#') continue;
+    path.resize(indent / 2);
+    path.push_back(line.substr(indent, line.find(':') - indent));
+    std::string dotted;
+    for (const std::string& k : path) dotted += (dotted.empty() ? "" : ".") + k;
+    keys.push_back(dotted);
+  }
+  return keys;
+}
+
+std::vector<std::string> keys_under(const std::vector<std::string>& keys,
+                                    const std::string& section) {
+  std::vector<std::string> out;
+  for (const std::string& k : keys) {
+    if (k.rfind(section + ".", 0) == 0 && k.find('.', section.size() + 1) == std::string::npos) {
+      out.push_back(k.substr(section.size() + 1));
+    }
+  }
+  return out;
+}
+
+// conf/rsfcd.yaml is generated from the tables that read it, so its keys, defaults, ranges
+// and help cannot drift from the parser.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(ConfigPrint, ShippedFileIsThePrintedExample) {
+  const std::string shipped = read_text(kSourceDir + "/conf/rsfcd.yaml");
+  const std::string printed = format_config(example_config(), false);
+  if (shipped == printed) return;
+  const std::vector<std::string> a = lines_of(shipped), b = lines_of(printed);
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  ADD_FAILURE() << "conf/rsfcd.yaml:" << i + 1 << ": '" << (i < a.size() ? a[i] : "<end>")
+                << "', printed: '" << (i < b.size() ? b[i] : "<end>")
+                << "'. The file is generated: build/rsfcd --print-config > conf/rsfcd.yaml";
+}
+
+// What the operator sees under rsfc: (at most 12 keys), and the experimental block that
+// --print-config --tuning adds.
+TEST(ConfigPrint, RsfcKeysAndTuningBlock) {
+  const std::vector<std::string> shipped = dotted_keys(format_config(example_config(), false));
+  EXPECT_EQ(keys_under(shipped, "rsfc"),
+            (std::vector<std::string>{"threshold_ms", "threshold_floor_ms", "threshold_ceiling_ms",
+                                      "min_window_horizon_s", "tbuff_filter_ms", "growth_per_rtt",
+                                      "fast_target", "min_refresh_s", "path_check_ms",
+                                      "initial_window_bytes", "per_subscriber", "share_equalize"}));
+  const std::vector<std::string> all = dotted_keys(format_config(example_config(), true));
+  EXPECT_EQ(keys_under(all, "rsfc").back(), "tuning");
+  EXPECT_EQ(keys_under(all, "rsfc.tuning"), (std::vector<std::string>{"control_interval_floor_ms",
+                                                                      "rtt_smoothing_ms",
+                                                                      "probe_step_queue",
+                                                                      "probe_below",
+                                                                      "drain_fraction",
+                                                                      "path_foreign_rate",
+                                                                      "path_tolerance_ms",
+                                                                      "max_interval_ms",
+                                                                      "tick_multiple",
+                                                                      "rtt_gain",
+                                                                      "monitor_after_steps",
+                                                                      "monitor_steps",
+                                                                      "fine_tick_ms",
+                                                                      "unused_fraction",
+                                                                      "unused_decay",
+                                                                      "startup_growth",
+                                                                      "probe_doublings",
+                                                                      "recut_fraction",
+                                                                      "min_window_segments",
+                                                                      "lag_confirm_fraction",
+                                                                      "refresh_holdoff"}));
+  EXPECT_EQ(all.size(), shipped.size() + 22);  // tuning and its keys: nothing else differs
+}
+
+// Printing and reading go through the same table: a printed configuration reads back as
+// the one printed, for the defaults, the example, and every key away from its default.
+TEST(ConfigPrint, ReadsBackAsPrinted) {
+  for (const Config& c : {Config{}, example_config(), parse_config(kEveryKeyChanged)}) {
+    for (const bool tuning : {false, true}) {
+      const std::string text = format_config(c, tuning);
+      EXPECT_EQ(format_config(parse_config(text), tuning), text) << text;
+    }
+  }
+  const Config changed = parse_config(kEveryKeyChanged);
+  const Config back = parse_config(format_config(changed, true));
+  EXPECT_EQ(back.params.rsfc.threshold, changed.params.rsfc.threshold);
+  EXPECT_EQ(back.params.rsfc.path_tolerance, 2'500 * kMicro);
+  EXPECT_EQ(back.params.rsfc.probe_doublings, 0u);
+  EXPECT_EQ(back.params.subscriber_networks, changed.params.subscriber_networks);
+  EXPECT_EQ(back.decision_log, "/var/log/rsfcd/decisions.jsonl");
+}
+
+// A value away from its default says what the default is; awkward strings are quoted so
+// that they read back.
+TEST(ConfigPrint, ShowsDefaultsAndQuotes) {
+  const std::string text = format_config(example_config(), false);
+  EXPECT_NE(text.find("# Values: off, observe, static, rsfc or drwa. Default: \"off\".\n"
+                      "  policy: static\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("  policy: \"off\"\n"), std::string::npos);  // PyYAML reads off as false
+  Config c;
+  c.decision_log = "/tmp/a \"b\"\\c\n";
+  c.params.rsfc.threshold = 12'500 * kMicro;
+  c.params.idle_timeout = 1'500 * kMilli;
+  const std::string printed = format_config(c, false);
+  EXPECT_NE(printed.find("decision_log: \"/tmp/a \\\"b\\\"\\\\c\\n\"\n"), std::string::npos)
+      << printed;
+  EXPECT_NE(printed.find("threshold_ms: 12.5\n"), std::string::npos);
+  EXPECT_NE(printed.find("idle_timeout_s: 1.5\n"), std::string::npos);
+  const Config back = parse_config(printed);
+  EXPECT_EQ(back.decision_log, c.decision_log);
+  EXPECT_EQ(back.params.rsfc.threshold, c.params.rsfc.threshold);
+  EXPECT_EQ(back.params.idle_timeout, c.params.idle_timeout);
+  // No line is longer than the printer's width.
+  std::istringstream in(format_config(example_config(), true));
+  for (std::string line; std::getline(in, line);) EXPECT_LE(line.size(), 96u) << line;
+}
+
 struct BadCase {
   const char* name;
   const char* yaml;
@@ -333,17 +474,17 @@ const BadCase kBadCases[] = {
     {"tab_indent", "flows:\n\tmax: 5\n", 2, "", "YAML syntax error"},
     {"stray_comma", "# yaml-cpp 0.7 used to loop forever on this\n,queues: [0]\n", 2, "",
      "YAML syntax error"},
-    {"unterminated_quote", "rsfc:\n  decision_log: \"/var/log/x\ndrwa:\n  alpha: 0.5\n", 2,
-     "rsfc.decision_log", "unterminated quoted string: the closing \" must be on the line"},
+    {"unterminated_quote", "log:\n  level: \"info\ndrwa:\n  alpha: 0.5\n", 2, "log.level",
+     "unterminated quoted string: the closing \" must be on the line"},
     {"unterminated_single_quote", "log:\n  level: 'info\nqueues: [0]\n", 2, "log.level",
      "unterminated quoted string"},
-    {"unterminated_tagged_quote", "rsfc:\n  decision_log: !!str \"x\nlog: {}\n", 2,
-     "rsfc.decision_log", "unterminated"},
+    {"unterminated_tagged_quote", "log:\n  level: !!str \"x\nqueues: [0]\n", 2, "log.level",
+     "unterminated"},
     {"unterminated_quoted_key", "\"queues: [0]\nlog: {}\n", 1, "", "unterminated quoted string"},
     {"multi_line_quote", "metrics: { listen: \"127.0.0.1:\n  9477\" }\n", 1, "metrics.listen",
      "unterminated quoted string"},
-    {"line_continuation_in_quote", "rsfc:\n  decision_log: \"/var/\\\n  log\"\n", 2,
-     "rsfc.decision_log", "unterminated quoted string"},
+    {"line_continuation_in_quote", "decision_log: \"/var/\\\n  log\"\n", 1, "decision_log",
+     "unterminated quoted string"},
     {"directive_inside", "queues: [0]\n%og: { level: debug }\n", 2, "",
      "a line starting with % (a YAML directive) inside the document"},
     {"directive_unknown", "%queues: [0]\n---\nlog: {}\n", 1, "", "unknown YAML directive"},
@@ -362,6 +503,20 @@ const BadCase kBadCases[] = {
      "unknown key (known: level)"},
     {"unknown_rsfc_key", "rsfc:\n  threshold_ms: auto\n  growth: 0.5\n", 3, "rsfc.growth",
      "unknown key"},
+    {"decision_log_in_rsfc", "rsfc:\n  decision_log: /tmp/d.jsonl\n", 2, "rsfc.decision_log",
+     "unknown key: the decision log is the top-level key decision_log (got /tmp/d.jsonl)"},
+    {"tuning_key_in_rsfc", "rsfc:\n  probe_below: 0.3\n", 2, "rsfc.probe_below",
+     "unknown key: moved to the experimental block, rsfc.tuning.probe_below (got 0.3)"},
+    {"operator_key_in_tuning", "rsfc: { tuning: { fast_target: 1 } }\n", 1,
+     "rsfc.tuning.fast_target", "unknown key: an operator key, set it as rsfc.fast_target"},
+    {"unknown_tuning_key", "rsfc:\n  tuning:\n    probe_belo: 0.3\n", 3, "rsfc.tuning.probe_belo",
+     "unknown key, did you mean probe_below?"},
+    {"tuning_not_mapping", "rsfc: { tuning: 1 }\n", 1, "rsfc.tuning", "expected a mapping"},
+    {"anchor", "log: { level: info }\nuplink: { policy: &p static }\n", 2, "",
+     "YAML anchors and aliases (&name, *name) are not accepted: write the value out (got &p)"},
+    {"anchored_section", "defaults: &d\n  level: info\nlog:\n  <<: *d\n", 1, "",
+     "anchors and aliases (&name, *name) are not accepted: write the value out (got &d)"},
+    {"anchor_in_flow", "queues: [0, &q 1]\n", 1, "", "(got &q)"},
     {"merge_key", "<<: { queues: [0] }\n", 1, "<<", "unknown key"},
     {"duplicate_top_key", "queues: [0]\nlog: {level: info}\nqueues: [1]\n", 3, "queues",
      "duplicate key (first set on line 1)"},
@@ -405,10 +560,9 @@ const BadCase kBadCases[] = {
     {"number_inf", "drwa: { lambda: .inf }\n", 1, "drwa.lambda", "expected a number"},
     {"number_overflow", "flows: { idle_timeout_s: 1e400 }\n", 1, "flows.idle_timeout_s",
      "out of range"},
-    {"string_is_list", "rsfc: { decision_log: [a, b] }\n", 1, "rsfc.decision_log",
+    {"string_is_list", "decision_log: [a, b]\n", 1, "decision_log",
      "expected a string (got a list)"},
-    {"string_is_bool", "rsfc:\n  decision_log: off\n", 2, "rsfc.decision_log",
-     "reads as a boolean"},
+    {"string_is_bool", "queues: [0]\ndecision_log: off\n", 2, "decision_log", "reads as a boolean"},
     {"string_is_null", "log: { level: ~ }\n", 1, "log.level", "has no value"},
     // ranges
     {"uint32_overflow", "flows: { max: 4294967296 }\n", 1, "flows.max",
@@ -416,28 +570,40 @@ const BadCase kBadCases[] = {
     {"uint64_overflow", "flows: { max: 99999999999999999999999 }\n", 1, "flows.max",
      "out of range"},
     {"flows_max_zero", "flows: { max: 0 }\n", 1, "flows.max", "out of range"},
-    {"path_foreign_rate_zero", "rsfc: { path_foreign_rate: 0 }\n", 1, "rsfc.path_foreign_rate",
-     "out of range"},
+    // flows.max per worker: it used to wrap to 1 flow per worker with two queues
+    {"flows_max_below_queues", "queues: [0, 1, 2]\nflows: { max: 2 }\n", 2, "flows.max",
+     "must be at least the number of queues (3): each queue's worker gets flows.max / 3 flows "
+     "(got 2)"},
+    {"flows_max_default_below_queues", "flows:\n  max: 1\nqueues: [0, 1]\n", 2, "flows.max",
+     "at least the number of queues (2)"},
+    {"flows_max_wraps_with_two_queues", "queues: [0, 1]\nflows: { max: 4294967295 }\n", 2,
+     "flows.max", "bytes per flow), more than this machine's memory"},
+    {"flows_max_per_worker_index", "flows: { max: 4294967295 }\n", 1, "flows.max",
+     "4294967295 flows per queue's worker, more than its flow table can index (2147483648)"},
+    {"path_foreign_rate_zero", "rsfc: { tuning: { path_foreign_rate: 0 } }\n", 1,
+     "rsfc.tuning.path_foreign_rate", "out of range"},
     {"path_check_too_long", "rsfc: { path_check_ms: 60001 }\n", 1, "rsfc.path_check_ms",
      "out of range"},
-    {"monitor_steps_zero", "rsfc: { monitor_steps: 0 }\n", 1, "rsfc.monitor_steps", "out of range"},
-    {"rtt_gain_zero", "rsfc: { rtt_gain: 0 }\n", 1, "rsfc.rtt_gain", "out of range"},
-    {"startup_growth_below_one", "rsfc: { startup_growth: 0.5 }\n", 1, "rsfc.startup_growth",
+    {"monitor_steps_zero", "rsfc: { tuning: { monitor_steps: 0 } }\n", 1,
+     "rsfc.tuning.monitor_steps", "out of range"},
+    {"rtt_gain_zero", "rsfc: { tuning: { rtt_gain: 0 } }\n", 1, "rsfc.tuning.rtt_gain",
      "out of range"},
+    {"startup_growth_below_one", "rsfc: { tuning: { startup_growth: 0.5 } }\n", 1,
+     "rsfc.tuning.startup_growth", "out of range"},
     {"per_subscriber_yes", "rsfc: { per_subscriber: yes }\n", 1, "rsfc.per_subscriber",
      "expected true or false (got yes)"},
     {"per_subscriber_list", "rsfc: { per_subscriber: [true] }\n", 1, "rsfc.per_subscriber",
      "expected true or false"},
     {"share_equalize_above_one", "rsfc: { share_equalize: 1.5 }\n", 1, "rsfc.share_equalize",
      "out of range"},
-    {"probe_doublings_too_many", "rsfc: { probe_doublings: 11 }\n", 1, "rsfc.probe_doublings",
-     "out of range"},
-    {"recut_fraction_zero", "rsfc: { recut_fraction: 0 }\n", 1, "rsfc.recut_fraction",
-     "out of range"},
-    {"min_window_segments_zero", "rsfc: { min_window_segments: 0 }\n", 1,
-     "rsfc.min_window_segments", "out of range"},
-    {"refresh_holdoff_above_one", "rsfc: { refresh_holdoff: 2 }\n", 1, "rsfc.refresh_holdoff",
-     "out of range"},
+    {"probe_doublings_too_many", "rsfc: { tuning: { probe_doublings: 11 } }\n", 1,
+     "rsfc.tuning.probe_doublings", "out of range"},
+    {"recut_fraction_zero", "rsfc: { tuning: { recut_fraction: 0 } }\n", 1,
+     "rsfc.tuning.recut_fraction", "out of range"},
+    {"min_window_segments_zero", "rsfc: { tuning: { min_window_segments: 0 } }\n", 1,
+     "rsfc.tuning.min_window_segments", "out of range"},
+    {"refresh_holdoff_above_one", "rsfc: { tuning: { refresh_holdoff: 2 } }\n", 1,
+     "rsfc.tuning.refresh_holdoff", "out of range"},
     {"min_window_too_small", "min_window_bytes: 1071\n", 1, "min_window_bytes",
      "must be between 1072 and 1073725440 (got 1071)"},
     {"min_window_too_big", "min_window_bytes: 1073725441\n", 1, "min_window_bytes", "out of range"},
@@ -466,8 +632,8 @@ const BadCase kBadCases[] = {
      "out of range"},
     {"tbuff_filter_big", "rsfc: { tbuff_filter_ms: 10001 }\n", 1, "rsfc.tbuff_filter_ms",
      "out of range"},
-    {"control_floor_zero", "rsfc: { control_interval_floor_ms: 0 }\n", 1,
-     "rsfc.control_interval_floor_ms", "out of range"},
+    {"control_floor_zero", "rsfc: { tuning: { control_interval_floor_ms: 0 } }\n", 1,
+     "rsfc.tuning.control_interval_floor_ms", "out of range"},
     {"growth_zero", "rsfc: { growth_per_rtt: 0 }\n", 1, "rsfc.growth_per_rtt",
      "must be > 0 and <= 4 (got 0)"},
     {"initial_window_fraction", "rsfc: { initial_window_bytes: 3000.5 }\n", 1,
@@ -598,6 +764,23 @@ TEST(ConfigFile, ErrorsNameThePath) {
   }
 }
 
+// Nested aliases grow 10x per level once expanded: refused before any walk of the tree, so
+// the answer comes at once (10^8 nodes: it took ~14 s when every alias was followed).
+TEST(ConfigFile, AliasBombIsRefusedAtOnce) {
+  const std::string path = kDataDir + "alias_bomb.yaml";
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    load_config_file(path);
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path +
+                  ":3: YAML anchors and aliases (&name, *name) are not accepted: write the "
+                  "value out (got &a)");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
 TEST(ConfigFile, LargeFileIsRefused) {
   const std::string path = testing::TempDir() + "rsfcd_config_test_large.yaml";
   {
@@ -615,6 +798,17 @@ TEST(ConfigFile, LargeFileIsRefused) {
     EXPECT_NE(std::string(e.what()).find("larger than"), std::string::npos) << e.what();
   }
   std::remove(path.c_str());
+}
+
+TEST(FlowsPerWorker, SharesFlowsMaxBetweenQueues) {
+  EXPECT_EQ(flows_per_worker(parse_config("queues: [0]\n")), 1'000'000u);
+  EXPECT_EQ(flows_per_worker(parse_config("queues: [0, 1]\nflows: { max: 5 }\n")), 3u);
+  EXPECT_EQ(flows_per_worker(parse_config("queues: [0, 1]\nflows: { max: 2 }\n")), 1u);
+  // The largest that used to wrap to 1: two queues, 2^32 - 1 flows, no overflow.
+  Config c;
+  c.queues = {0, 1};
+  c.flows_max = 4'294'967'295u;
+  EXPECT_EQ(flows_per_worker(c), 2'147'483'648u);
 }
 
 TEST(RestartOnly, ListsChangedRestartOnlyKeys) {

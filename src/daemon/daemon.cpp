@@ -125,8 +125,8 @@ class Worker {
     auto base = EventBase::create();
     if (!base) return base.error();
     base_ = std::move(base).value();
-    if (!cfg.params.rsfc.decision_log.empty()) {
-      auto d = DecisionLogFile::open(cfg.params.rsfc.decision_log);
+    if (!cfg.decision_log.empty()) {
+      auto d = DecisionLogFile::open(cfg.decision_log);
       if (!d) return d.error();
       dlog_ = std::move(d).value();
       engine_.set_decision_sink(dlog_.get());
@@ -164,12 +164,13 @@ class Worker {
     });
   }
 
-  // Thread-safe: hands new parameters to the worker (applied between batches), and asks
-  // it to reopen its decision log (rotation).
-  void post_params(std::shared_ptr<const EngineParams> p) {
+  // Thread-safe: hands new parameters and decision log path to the worker (applied between
+  // batches), and asks it to reopen its decision log (rotation).
+  void post_params(std::shared_ptr<const EngineParams> p, std::string decision_log) {
     {
       std::lock_guard lock(mu_);
       pending_ = std::move(p);
+      pending_log_ = std::move(decision_log);
       reopen_log_ = true;
     }
     wake_ev_.activate();
@@ -264,16 +265,18 @@ class Worker {
 
   void on_wake() {
     std::shared_ptr<const EngineParams> params;
+    std::string log_path;
     bool reopen = false, stop = false;
     {
       std::lock_guard lock(mu_);
       params = std::move(pending_);
+      log_path = pending_log_;
       reopen = std::exchange(reopen_log_, false);
       stop = stop_;
     }
     if (params) {
       engine_.set_params(*params);
-      update_decision_log(params->rsfc.decision_log, reopen);
+      update_decision_log(log_path, reopen);
     } else if (reopen && dlog_) {
       if (auto r = dlog_->reopen(); !r)
         log::warn("queue %u: %s", unsigned{queue_}, r.error().message.c_str());
@@ -340,6 +343,7 @@ class Worker {
 
   std::mutex mu_;
   std::shared_ptr<const EngineParams> pending_;
+  std::string pending_log_;
   bool reopen_log_ = false;
   bool stop_ = false;
 
@@ -379,9 +383,8 @@ class Daemon {
       http_ = std::move(http).value();
     }
 
-    // One worker per queue; flows.max is shared out between them.
-    const auto nq = static_cast<uint32_t>(running_.queues.size());
-    const uint32_t flows_per_worker = std::max<uint32_t>(1, (running_.flows_max + nq - 1) / nq);
+    // One worker per queue; flows.max is shared out between them (checked at load).
+    const uint32_t flows_per_worker = rsfc::flows_per_worker(running_);
     try {
       for (uint16_t q : running_.queues) {
         workers_.push_back(std::make_unique<Worker>(q, flows_per_worker, running_));
@@ -513,7 +516,8 @@ class Daemon {
     running_.log_level = loaded.log_level;
     log::set_level(running_.log_level);
     auto p = std::make_shared<const EngineParams>(running_.params);
-    for (auto& w : workers_) w->post_params(p);
+    running_.decision_log = loaded.decision_log;
+    for (auto& w : workers_) w->post_params(p, running_.decision_log);
     log::info("reload: %s applied", path_.c_str());
     notify_systemd("READY=1");
   }

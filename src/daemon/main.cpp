@@ -1,4 +1,4 @@
-// rsfcd command line: run, check a configuration file, version, help.
+// rsfcd command line: run, check or print a configuration file, version, help.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -14,6 +14,10 @@ constexpr char kUsage[] =
     "Usage: rsfcd --config FILE        run (logs on stderr; SIGHUP reloads FILE,\n"
     "                                  SIGTERM/SIGINT drain the queues and exit)\n"
     "       rsfcd --check-config FILE  check FILE: prints \"FILE: OK\" or the error\n"
+    "       rsfcd --print-config [--tuning]\n"
+    "                                  print the default configuration, every key commented\n"
+    "                                  (conf/rsfcd.yaml); --tuning adds the experimental\n"
+    "                                  block rsfc.tuning\n"
     "       rsfcd --version\n"
     "       rsfcd --help\n"
     "\n"
@@ -50,6 +54,12 @@ int main(int argc, char** argv) {
     return rsfc::kExitOk;
   }
   if (argc == 3 && std::strcmp(argv[1], "--check-config") == 0) return check_config(argv[2]);
+  if (argc >= 2 && argc <= 3 && std::strcmp(argv[1], "--print-config") == 0) {
+    if (argc == 3 && std::strcmp(argv[2], "--tuning") != 0)
+      return usage_error("unrecognised arguments");
+    std::fputs(rsfc::format_config(rsfc::example_config(), argc == 3).c_str(), stdout);
+    return rsfc::kExitOk;
+  }
   if (argc == 3 && std::strcmp(argv[1], "--config") == 0) return rsfc::run_daemon(argv[2]);
   // --config=FILE / --check-config=FILE spellings.
   if (argc == 2) {

@@ -1,6 +1,9 @@
-// YAML -> Config, strictly. The only file that includes yaml-cpp.
+// YAML -> Config, strictly, and Config -> commented YAML (--print-config, conf/rsfcd.yaml).
+// The only file that includes yaml-cpp.
 //
-// Every section is a table of fields (one line per key): a key not in the table is an error,
+// Every section is a table of fields (one line per key, with its range and help): the same
+// table reads the key and prints it, so conf/rsfcd.yaml is generated, never kept in step by
+// hand. A key not in the table is an error,
 // so is a duplicate key, a wrong type or an out-of-range value. Every error is one line:
 //   <file>:<line>: <dotted.key>: <what is wrong> (got <value>)
 // Rules that involve several keys (policy per direction, windows against min_window_bytes,
@@ -9,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <unistd.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -25,9 +29,13 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <type_traits>
 #include <utility>
+
+#include "rsfc/core/engine.h"
+#include "rsfc/core/flow_table.h"
 
 namespace rsfc {
 namespace {
@@ -262,60 +270,221 @@ bool read_bool(const Reader& r, const Entry& e) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Showing values: the documented configuration (conf/rsfcd.yaml) is printed from the tables
+// that read it, so its keys, defaults and ranges cannot drift from the parser.
+
+// The shortest text that reads back as exactly `v`: 0.875, 3, 2.5e-05.
+std::string show_real(double v) {
+  std::array<char, 32> buf{};
+  const auto res = std::to_chars(buf.data(), buf.data() + buf.size(), v);
+  return std::string(buf.data(), res.ptr);
+}
+
+// A duration in `unit`s, exactly: 200, 1.5.
+std::string show_duration(Nanos v, Nanos unit) {
+  if (v % unit == 0) return std::to_string(v / unit);
+  return show_real(static_cast<double>(v) / static_cast<double>(unit));
+}
+
+// A double-quoted YAML string.
+std::string show_string(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return one_line(out) + "\"";  // control characters as \n, \t, \xNN: YAML reads them back
+}
+
+// What a real range accepts, for a comment: "0 .. 1", "> 0 .. 4", "0 .. < 1".
+std::string range_values(const Range& r) {
+  return std::string(r.lo_open ? "> " : "") + show_real(r.lo) + " .. " + (r.hi_open ? "< " : "") +
+         show_real(r.hi);
+}
+
+// Writes the configuration as commented YAML: each key's help, what it accepts, and its
+// default when the value shown differs.
+class Printer {
+ public:
+  static constexpr size_t kWidth = 96;
+
+  explicit Printer(bool tuning) : tuning_(tuning) {}
+  bool tuning() const { return tuning_; }
+
+  // One comment line per '\n'-separated line of `text`; a line too long is wrapped (a
+  // "- " item continues under its text).
+  void comment(std::string_view text) {
+    for (size_t start = 0; start <= text.size();) {
+      const size_t end = std::min(text.find('\n', start), text.size());
+      comment_line(text.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+
+  void key(std::string_view name, std::string_view help, std::string_view values,
+           const std::string& shown, const std::string& by_default) {
+    explain(help);
+    std::string note = values.empty() ? "" : "Values: " + std::string(values) + ".";
+    if (shown != by_default) note += (note.empty() ? "" : " ") + ("Default: " + by_default + ".");
+    if (!note.empty()) comment(note);
+    line(std::string(name) + ": " + shown);
+  }
+
+  void open(std::string_view name, std::string_view help) {
+    explain(help);
+    line(std::string(name) + ":");
+    ++depth_;
+  }
+  void close() { --depth_; }
+
+  // An experimental section left out: its help says what it is and how to list it.
+  void omitted(std::string_view help) {
+    explain(help);
+    comment("Not listed here: `rsfcd --print-config --tuning` prints it with every key.");
+  }
+
+  std::string take() { return std::move(out_); }
+
+ private:
+  // The help of a key or section; a help shared by two sections (uplink and downlink) is
+  // printed once. Top-level keys are separated by an empty line.
+  void explain(std::string_view help) {
+    if (depth_ == 0) out_ += '\n';
+    if (!help.empty() && explained_.insert(help.data()).second) comment(help);
+  }
+
+  void comment_line(std::string_view text) {
+    const size_t width = kWidth - 2 * depth_ - 2;  // after the indent and "# "
+    if (text.size() <= width) {
+      line(text.empty() ? "#" : "# " + std::string(text));
+      return;
+    }
+    size_t lead = std::min(text.find_first_not_of(' '), text.size());
+    if (text.substr(lead).starts_with("- ")) lead += 2;
+    const std::string indent(lead, ' ');
+    std::string cur(text.substr(0, lead));
+    for (size_t i = lead; i < text.size();) {
+      const size_t end = std::min(text.find(' ', i), text.size());
+      const std::string_view word = text.substr(i, end - i);
+      i = end + 1;
+      if (word.empty()) continue;
+      if (cur.size() > lead && cur.size() + 1 + word.size() > width) {
+        line("# " + cur);
+        cur = indent;
+      }
+      if (cur.size() > lead) cur += ' ';
+      cur += word;
+    }
+    line("# " + cur);
+  }
+
+  void line(std::string_view text) { out_.append(2 * depth_, ' ').append(text) += '\n'; }
+
+  std::string out_;
+  size_t depth_ = 0;
+  bool tuning_;
+  std::set<const char*> explained_;
+};
+
+// ---------------------------------------------------------------------------------------------
 // Field tables
 
-// How to read one key of a section of type T.
+// How one key of a section of type T is read, and printed with its comment.
 template <class T>
 struct Field {
+  using Read = std::function<void(Reader&, const Entry&, T&)>;
+  using Print = std::function<void(Printer&, const Field&, const T& shown, const T& defaults)>;
+
+  template <class ReadPrint>
+  Field(std::string_view n, ReadPrint codec, std::string_view h)
+      : name(n), read(std::move(codec.read)), print(std::move(codec.print)), help(h) {}
+
   std::string_view name;
-  std::function<void(Reader&, const Entry&, T&)> read;
+  Read read;
+  Print print;
+  std::string_view help;  // the key's comment in the printed configuration
 };
 template <class T>
 using FieldTable = std::vector<Field<T>>;
 
-// `proj` is a member pointer (&RsfcParams::x) or a lambda returning a reference.
+template <class Read, class Print>
+struct Codec {
+  Read read;
+  Print print;
+};
+template <class Read, class Print>
+Codec<Read, Print> codec(Read read, Print print) {
+  return {std::move(read), std::move(print)};
+}
+
+// A key with a value: `show` turns the value into YAML text, `values` says what it accepts.
+template <class Read, class Show>
+auto leaf(Read read, Show show, std::string values) {
+  return codec(std::move(read),
+               [show, values = std::move(values)](Printer& p, const auto& f, const auto& shown,
+                                                  const auto& defaults) {
+                 p.key(f.name, f.help, values, show(shown), show(defaults));
+               });
+}
+
+// `proj` is a member pointer (&RsfcParams::x) or a generic lambda returning a reference
+// (`[](auto& c) -> auto& { return c.params.x; }`), so that it reads from a const target too.
 template <class Proj>
 auto uint_field(Proj proj, uint64_t lo, uint64_t hi) {
-  return [proj, lo, hi](Reader& r, const Entry& e, auto& t) {
-    auto& dst = std::invoke(proj, t);
-    using D = std::remove_reference_t<decltype(dst)>;
-    static_assert(std::is_unsigned_v<D>);
-    dst =
-        static_cast<D>(read_uint(r, e, lo, std::min<uint64_t>(hi, std::numeric_limits<D>::max())));
-  };
+  return leaf(
+      [proj, lo, hi](Reader& r, const Entry& e, auto& t) {
+        auto& dst = std::invoke(proj, t);
+        using D = std::remove_reference_t<decltype(dst)>;
+        static_assert(std::is_unsigned_v<D>);
+        dst = static_cast<D>(
+            read_uint(r, e, lo, std::min<uint64_t>(hi, std::numeric_limits<D>::max())));
+      },
+      [proj](const auto& t) { return std::to_string(std::invoke(proj, t)); },
+      std::to_string(lo) + " .. " + std::to_string(hi));
 }
 
 template <class Proj>
 auto real_field(Proj proj, Range range) {
-  return [proj, range](Reader& r, const Entry& e, auto& t) {
-    std::invoke(proj, t) = read_real(r, e, range);
-  };
+  return leaf([proj, range](Reader& r, const Entry& e,
+                            auto& t) { std::invoke(proj, t) = read_real(r, e, range); },
+              [proj](const auto& t) { return show_real(std::invoke(proj, t)); },
+              range_values(range));
 }
 
 // A duration written as a number of `unit` (kMilli for *_ms keys, kSecond for *_s keys);
 // fractions are allowed (1.5 s). Stored as Nanos.
 template <class Proj>
 auto duration_field(Proj proj, Nanos unit, Range range) {
-  return [proj, unit, range](Reader& r, const Entry& e, auto& t) {
-    std::invoke(proj, t) =
-        static_cast<Nanos>(std::llround(read_real(r, e, range) * static_cast<double>(unit)));
-  };
+  return leaf(
+      [proj, unit, range](Reader& r, const Entry& e, auto& t) {
+        std::invoke(proj, t) =
+            static_cast<Nanos>(std::llround(read_real(r, e, range) * static_cast<double>(unit)));
+      },
+      [proj, unit](const auto& t) { return show_duration(std::invoke(proj, t), unit); },
+      range_values(range));
 }
 
 template <class Proj>
 auto bool_field(Proj proj) {
-  return [proj](Reader& r, const Entry& e, auto& t) { std::invoke(proj, t) = read_bool(r, e); };
+  return leaf(
+      [proj](Reader& r, const Entry& e, auto& t) { std::invoke(proj, t) = read_bool(r, e); },
+      [proj](const auto& t) { return std::string(std::invoke(proj, t) ? "true" : "false"); },
+      "true or false");
 }
 
 template <class Proj>
-auto string_field(Proj proj) {
-  return [proj](Reader& r, const Entry& e, auto& t) { std::invoke(proj, t) = read_string(r, e); };
+auto string_field(Proj proj, std::string values) {
+  return leaf(
+      [proj](Reader& r, const Entry& e, auto& t) { std::invoke(proj, t) = read_string(r, e); },
+      [proj](const auto& t) { return show_string(std::invoke(proj, t)); }, std::move(values));
 }
 
 // A value taken from a fixed list of names.
 template <class V, size_t N>
-V read_name(const Reader& r, const Entry& e,
-            const std::array<std::pair<std::string_view, V>, N>& names) {
+using Names = std::array<std::pair<std::string_view, V>, N>;
+
+template <class V, size_t N>
+V read_name(const Reader& r, const Entry& e, const Names<V, N>& names) {
   const std::string& s = scalar(r, e, "a name");
   for (const auto& [name, value] : names) {
     if (s == name) return value;
@@ -325,15 +494,36 @@ V read_name(const Reader& r, const Entry& e,
   r.fail(e, "unknown value, expected one of " + list);
 }
 
+// yaml-cpp reads a bare `off` as the string "off" (PyYAML: false): both spellings are read,
+// and a name that is a YAML 1.1 boolean is printed quoted.
+template <class Proj, class V, size_t N>
+auto name_field(Proj proj, const Names<V, N>& names) {
+  std::string values;
+  for (size_t i = 0; i < N; ++i) {
+    values += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + std::string(names[i].first);
+  }
+  return leaf([proj, &names](Reader& r, const Entry& e,
+                             auto& t) { std::invoke(proj, t) = read_name(r, e, names); },
+              [proj, &names](const auto& t) {
+                for (const auto& [name, value] : names) {
+                  if (value == std::invoke(proj, t)) {
+                    return is_yaml11_bool(name) ? show_string(name) : std::string(name);
+                  }
+                }
+                return std::string("?");
+              },
+              values);
+}
+
 // Parsing only; to_string(Policy) lives with the engine.
-constexpr std::array<std::pair<std::string_view, Policy>, 5> kPolicyNames = {{
+constexpr Names<Policy, 5> kPolicyNames = {{
     {"off", Policy::kOff},
     {"observe", Policy::kObserve},
     {"static", Policy::kStatic},
     {"rsfc", Policy::kRsfc},
     {"drwa", Policy::kDrwa},
 }};
-constexpr std::array<std::pair<std::string_view, LogLevel>, 4> kLogLevelNames = {{
+constexpr Names<LogLevel, 4> kLogLevelNames = {{
     {"debug", LogLevel::kDebug},
     {"info", LogLevel::kInfo},
     {"warn", LogLevel::kWarn},
@@ -341,17 +531,26 @@ constexpr std::array<std::pair<std::string_view, LogLevel>, 4> kLogLevelNames = 
 }};
 
 // rsfc.threshold_ms: "auto" or a number of milliseconds > 0.
-void read_threshold(Reader& r, const Entry& e, RsfcParams& p) {
-  if (e.node.IsScalar() && e.node.Scalar() == "auto") {
-    p.threshold.reset();
-    return;
-  }
-  const auto number = e.node.IsScalar() ? without_separators(e.node.Scalar()) : std::nullopt;
-  if (e.node.IsScalar() && (!is_plain_scalar(e.node) || !number || !is_decimal_number(*number))) {
-    r.fail(e, "expected auto or a number of ms");
-  }
-  const double ms = read_real(r, e, Range{0, 10'000, true, false});
-  p.threshold = static_cast<Nanos>(std::llround(ms * static_cast<double>(kMilli)));
+auto threshold_field() {
+  static constexpr Range kRange{0, 10'000, true, false};
+  return leaf(
+      [](Reader& r, const Entry& e, RsfcParams& p) {
+        if (e.node.IsScalar() && e.node.Scalar() == "auto") {
+          p.threshold.reset();
+          return;
+        }
+        const auto number = e.node.IsScalar() ? without_separators(e.node.Scalar()) : std::nullopt;
+        if (e.node.IsScalar() &&
+            (!is_plain_scalar(e.node) || !number || !is_decimal_number(*number))) {
+          r.fail(e, "expected auto or a number of ms");
+        }
+        const double ms = read_real(r, e, kRange);
+        p.threshold = static_cast<Nanos>(std::llround(ms * static_cast<double>(kMilli)));
+      },
+      [](const RsfcParams& p) {
+        return p.threshold ? show_duration(*p.threshold, kMilli) : std::string("auto");
+      },
+      "auto, or " + range_values(kRange));
 }
 
 // Edit distance, for "did you mean" on unknown keys.
@@ -369,6 +568,9 @@ size_t distance(std::string_view a, std::string_view b) {
   }
   return row[b.size()];
 }
+
+// Where a key that used to be valid now lives ("" if it never did).
+std::string moved_to(std::string_view dotted);
 
 // Reads a mapping through its field table. A missing value (`rsfc:` with every key commented
 // out) is an empty section: the defaults stay.
@@ -392,6 +594,9 @@ void read_section(Reader& r, const Entry& section, const FieldTable<T>& table, T
     auto field =
         std::find_if(table.begin(), table.end(), [&](const Field<T>& f) { return f.name == name; });
     if (field == table.end()) {
+      if (const std::string now = moved_to(dotted); !now.empty()) {
+        r.fail(Entry{v, dotted, key_line}, "unknown key: " + now);
+      }
       std::string known, best;
       size_t best_d = std::numeric_limits<size_t>::max();
       for (const Field<T>& f : table) {
@@ -411,12 +616,30 @@ void read_section(Reader& r, const Entry& section, const FieldTable<T>& table, T
   }
 }
 
+// A nested mapping read through its own table. An experimental section is printed only on
+// request (`rsfcd --print-config --tuning`).
 template <class Section, class Proj>
-auto section_field(const FieldTable<Section>& table, Proj proj) {
-  return [&table, proj](Reader& r, const Entry& e, auto& t) {
-    read_section(r, e, table, std::invoke(proj, t));
-  };
+auto section_field(const FieldTable<Section>& table, Proj proj, bool experimental = false) {
+  return codec([&table, proj](Reader& r, const Entry& e,
+                              auto& t) { read_section(r, e, table, std::invoke(proj, t)); },
+               [&table, proj, experimental](Printer& p, const auto& f, const auto& shown,
+                                            const auto& defaults) {
+                 if (experimental && !p.tuning()) {
+                   p.omitted(f.help);
+                   return;
+                 }
+                 p.open(f.name, f.help);
+                 for (const Field<Section>& sub : table) {
+                   sub.print(p, sub, std::invoke(proj, shown), std::invoke(proj, defaults));
+                 }
+                 p.close();
+               });
 }
+
+// The whole target of a section (for sections of Config that fill Config's own fields).
+constexpr auto kSelf = [](auto& t) -> auto& {
+  return t;
+};
 
 // `host:port` with an IPv4 literal or a bracketed IPv6 literal; "" disables.
 void read_listen(Reader& r, const Entry& e, Config& c) {
@@ -489,110 +712,291 @@ void read_networks(Reader& r, const Entry& e, Config& c) {
   c.params.subscriber_networks = std::move(nets);
 }
 
-// ---------------------------------------------------------------------------------------------
-// The key tables. Ranges are documented in conf/rsfcd.yaml: keep the two in step.
+std::string show_queues(const Config& c) {
+  std::string s;
+  for (const uint16_t q : c.queues) s += (s.empty() ? "" : ", ") + std::to_string(q);
+  return "[" + s + "]";
+}
 
-// rsfc: the RSFC controller (uplink knob). TO ADD AN RSFC KEY: add the field to RsfcParams in
-// include/rsfc/core/params.h, add ONE line below, and document it in conf/rsfcd.yaml (the
-// config_test checks that the example file parses and shows the defaults).
-const FieldTable<RsfcParams> kRsfcFields = {
-    {"threshold_ms", read_threshold},  // "auto" or ms > 0
-    {"threshold_floor_ms", duration_field(&RsfcParams::threshold_floor, kMilli, {0, 10'000})},
-    {"min_window_horizon_s", duration_field(&RsfcParams::min_window_horizon, kSecond, {1, 3'600})},
-    {"tbuff_filter_ms", duration_field(&RsfcParams::tbuff_filter, kMilli, {0, 10'000})},
+std::string show_networks(const Config& c) {
+  std::string s;
+  for (const Prefix& p : c.params.subscriber_networks) {
+    s += (s.empty() ? "" : ", ") + show_string(p.to_string());
+  }
+  return "[" + s + "]";
+}
+
+std::string show_listen(const Config& c) {
+  return show_string(c.metrics_listen);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The key tables: the one source of every key's name, range and help. The defaults are the
+// initialisers of Config and the params structs, which these tables print from. conf/rsfcd.yaml
+// is `rsfcd --print-config` (config_test checks it byte for byte).
+//
+// TO ADD AN RSFC KEY: add the field to RsfcParams in include/rsfc/core/params.h, add ONE line
+// to kRsfcTuningFields below (kRsfcFields only if an operator needs it: at most 12 keys), and
+// regenerate conf/rsfcd.yaml with `build/rsfcd --print-config > conf/rsfcd.yaml`.
+
+// rsfc.tuning: the control law's details, experimental.
+const FieldTable<RsfcParams> kRsfcTuningFields = {
     {"control_interval_floor_ms",
-     duration_field(&RsfcParams::control_interval_floor, kMilli, {1, 10'000})},
-    {"growth_per_rtt", real_field(&RsfcParams::growth_per_rtt, {0, 4, true, false})},
-    {"initial_window_bytes", uint_field(&RsfcParams::initial_window_bytes, 0, kMaxWindowBytes)},
-    {"decision_log", string_field(&RsfcParams::decision_log)},
-    {"threshold_ceiling_ms", duration_field(&RsfcParams::threshold_ceiling, kMilli, {1, 10'000})},
-    {"rtt_smoothing_ms", duration_field(&RsfcParams::rtt_smoothing, kMilli, {1, 60'000})},
-    {"probe_step_queue", real_field(&RsfcParams::probe_step_queue, {0, 10, true, false})},
-    {"probe_below", real_field(&RsfcParams::probe_below, {0, 1})},
-    {"fast_target", real_field(&RsfcParams::fast_target, {0, 2})},
-    {"min_refresh_s", duration_field(&RsfcParams::min_refresh, kSecond, {0, 3'600})},
-    {"drain_fraction", real_field(&RsfcParams::drain_fraction, {0, 1, true, true})},
-    {"path_check_ms", duration_field(&RsfcParams::path_check, kMilli, {0, 60'000})},
-    {"path_foreign_rate", real_field(&RsfcParams::path_foreign_rate, {0, 1, true, false})},
-    {"path_tolerance_ms", duration_field(&RsfcParams::path_tolerance, kMilli, {0, 1'000})},
-    {"max_interval_ms", duration_field(&RsfcParams::max_interval, kMilli, {1, 60'000})},
-    {"tick_multiple", real_field(&RsfcParams::tick_multiple, {0, 100})},
-    {"rtt_gain", real_field(&RsfcParams::rtt_gain, {0, 1, true, false})},
-    {"monitor_after_steps", uint_field(&RsfcParams::monitor_after_steps, 1, 100)},
-    {"monitor_steps", uint_field(&RsfcParams::monitor_steps, 1, 100)},
-    {"fine_tick_ms", duration_field(&RsfcParams::fine_tick, kMilli, {0, 1'000})},
-    {"unused_fraction", real_field(&RsfcParams::unused_fraction, {0, 1})},
-    {"unused_decay", real_field(&RsfcParams::unused_decay, {0, 1})},
-    {"startup_growth", real_field(&RsfcParams::startup_growth, {1, 100})},
-    {"per_subscriber", bool_field(&RsfcParams::per_subscriber)},
-    {"share_equalize", real_field(&RsfcParams::share_equalize, {0, 1})},
-    {"probe_doublings", uint_field(&RsfcParams::probe_doublings, 0, 10)},
-    {"recut_fraction", real_field(&RsfcParams::recut_fraction, {0, 1, true, false})},
-    {"min_window_segments", uint_field(&RsfcParams::min_window_segments, 1, 64)},
-    {"lag_confirm_fraction", real_field(&RsfcParams::lag_confirm_fraction, {0, 1})},
-    {"refresh_holdoff", real_field(&RsfcParams::refresh_holdoff, {0, 1})},
+     duration_field(&RsfcParams::control_interval_floor, kMilli, {1, 10'000}),
+     "\"Per RTT\" steps use max(RTT, this) as their time base (RTT_min can be ~1 ms)."},
+    {"rtt_smoothing_ms", duration_field(&RsfcParams::rtt_smoothing, kMilli, {1, 60'000}),
+     "The window is sized on the round trip the upload really sees without its own uplink queue "
+     "(a concurrent download's downlink queue included), averaged over this."},
+    {"probe_step_queue", real_field(&RsfcParams::probe_step_queue, {0, 10, true, false}),
+     "A probe step (slow state, buffer empty) adds at most rate x this x T bytes: the queue "
+     "overshoot of one step near capacity; doubles for each further step that still finds the "
+     "buffer empty, up to 2^probe_doublings times."},
+    {"probe_below", real_field(&RsfcParams::probe_below, {0, 1}),
+     "The buffer counts as empty (probe) below this x T, or below one packet's time at the "
+     "link's rate if that is more (after a capacity drop min(d) still holds the old, shorter "
+     "packet time); between that and T the window holds."},
+    {"drain_fraction", real_field(&RsfcParams::drain_fraction, {0, 1, true, true}),
+     "Drain: window = this x rate x RTT for about a round trip."},
+    {"path_foreign_rate", real_field(&RsfcParams::path_foreign_rate, {0, 1, true, false}),
+     "See rsfc.path_check_ms: the flow's data arrives at less than this x its rate."},
+    {"path_tolerance_ms", duration_field(&RsfcParams::path_tolerance, kMilli, {0, 1'000}),
+     "See rsfc.path_check_ms: t_buff's floor counts as unchanged within this (or two ticks, if "
+     "more)."},
+    {"max_interval_ms", duration_field(&RsfcParams::max_interval, kMilli, {1, 60'000}),
+     "Control steps come once per RTT, clamped to [control_interval_floor_ms, this]."},
+    {"tick_multiple", real_field(&RsfcParams::tick_multiple, {0, 100}),
+     "auto T is never below this many timestamp ticks."},
+    {"rtt_gain", real_field(&RsfcParams::rtt_gain, {0, 1, true, false}),
+     "Gain of the moving average of each round-trip sample (the \"current\" round trip)."},
+    {"monitor_after_steps", uint_field(&RsfcParams::monitor_after_steps, 1, 100),
+     "Fast state: after this many steps with the cut in force and t_buff still above T, drain "
+     "(monitor)."},
+    {"monitor_steps", uint_field(&RsfcParams::monitor_steps, 1, 100),
+     "A drain lasts this many steps with its cut in force (longer while a scheduled drain checks "
+     "for a longer path)."},
+    {"fine_tick_ms", duration_field(&RsfcParams::fine_tick, kMilli, {0, 1'000}),
+     "Scheduled drains may be skipped (the buffer emptied on its own) only for phones whose "
+     "timestamp tick is at most this: a coarser tick cannot tell an empty buffer from a short "
+     "queue."},
+    {"unused_fraction", real_field(&RsfcParams::unused_fraction, {0, 1}),
+     "A window the phone leaves unused (in flight below this x window) shrinks by unused_decay "
+     "per step."},
+    {"unused_decay", real_field(&RsfcParams::unused_decay, {0, 1}), "See unused_fraction."},
+    {"startup_growth", real_field(&RsfcParams::startup_growth, {1, 100}),
+     "Startup (no estimates yet): the clamp is at least this x what the phone has in flight."},
+    {"probe_doublings", uint_field(&RsfcParams::probe_doublings, 0, 10),
+     "See probe_step_queue: how many times its cap may double while the buffer stays empty (4: "
+     "up to 16x)."},
+    {"recut_fraction", real_field(&RsfcParams::recut_fraction, {0, 1, true, false}),
+     "Fast state: a cut that lowers the window below this x the window it replaces is a new cut, "
+     "and the monitor's count (monitor_after_steps) waits for it to take effect (the server has "
+     "acknowledged everything sent under the old right edge); a smaller trim keeps the count "
+     "running."},
+    {"min_window_segments", uint_field(&RsfcParams::min_window_segments, 1, 64),
+     "The controller never sizes a window below this many of the flow's segments (MSS); "
+     "min_window_bytes applies on top."},
+    {"lag_confirm_fraction", real_field(&RsfcParams::lag_confirm_fraction, {0, 1}),
+     "Without timestamps: a window-opening lag within this fraction of its minimum (at least "
+     "2 ms) counts as an empty buffer, which confirms the baseline."},
+    {"refresh_holdoff", real_field(&RsfcParams::refresh_holdoff, {0, 1}),
+     "No scheduled drain within this fraction of rsfc.min_refresh_s after the flow's start or its "
+     "last drain that counted."},
+};
+
+// rsfc: the RSFC controller (uplink knob), the keys an operator sets.
+const FieldTable<RsfcParams> kRsfcFields = {
+    {"threshold_ms", threshold_field(),
+     "The threshold T. auto = the flow's RTT_min, clamped to [max(threshold_floor_ms, "
+     "rsfc.tuning.tick_multiple x the phone's timestamp tick), threshold_ceiling_ms]."},
+    {"threshold_floor_ms", duration_field(&RsfcParams::threshold_floor, kMilli, {0, 10'000}),
+     "auto T is never below this (timestamp tick granularity is up to 10 ms)."},
+    {"threshold_ceiling_ms", duration_field(&RsfcParams::threshold_ceiling, kMilli, {1, 10'000}),
+     "auto T is never above this (the latency budget of the uplink queue)."},
+    {"min_window_horizon_s", duration_field(&RsfcParams::min_window_horizon, kSecond, {1, 3'600}),
+     "Sliding window over which min(d) is taken: long enough to have seen an almost empty "
+     "buffer, short enough for clock drift and route changes to age out."},
+    {"tbuff_filter_ms", duration_field(&RsfcParams::tbuff_filter, kMilli, {0, 10'000}),
+     "Short windowed minimum on t_buff samples, so that a link outage (one late packet) is not "
+     "taken for a standing queue. 0 = no filter."},
+    {"growth_per_rtt", real_field(&RsfcParams::growth_per_rtt, {0, 4, true, false}),
+     "Slow state: the window grows by this fraction per RTT while t_buff stays low."},
+    {"fast_target", real_field(&RsfcParams::fast_target, {0, 2}),
+     "Fast state (t_buff > T): window = rate x (RTT + this x T): one bandwidth-delay product "
+     "plus a small standing queue that keeps the uplink busy."},
+    {"min_refresh_s", duration_field(&RsfcParams::min_refresh, kSecond, {0, 3'600}),
+     "Every this many seconds of the gateway clock all flows drain briefly (together, so that "
+     "one phone's buffer really empties) to re-measure min(d); keep it below "
+     "min_window_horizon_s. 0 = never. After a flow's first drain, a boundary is skipped when "
+     "its buffer emptied on its own within the period (timestamps with a tick of "
+     "rsfc.tuning.fine_tick_ms or finer, minimum not risen since): the drain would only cost "
+     "throughput."},
+    {"path_check_ms", duration_field(&RsfcParams::path_check, kMilli, {0, 60'000}),
+     "A longer path (route change, handover) reads like a standing queue in t_buff. At a "
+     "scheduled drain that does not empty the buffer, if t_buff stays above T without its floor "
+     "falling for this long while the flow's data arrives at less than "
+     "rsfc.tuning.path_foreign_rate x its rate (a queue of its own would drain at the link's "
+     "rate), the delay is taken as path: min(d) is raised by it. 0 = never (min(d) only ages out "
+     "over min_window_horizon_s)."},
+    {"initial_window_bytes", uint_field(&RsfcParams::initial_window_bytes, 0, kMaxWindowBytes),
+     "Before a flow has estimates the window is clamped to max(this, "
+     "rsfc.tuning.startup_growth x what the phone has in flight): it never holds back a sender "
+     "in slow start, but keeps the advertised right edge (which can never be pulled back) within "
+     "reach of the first real clamp. 0 = 65535 bytes; otherwise at least min_window_bytes."},
+    {"per_subscriber", bool_field(&RsfcParams::per_subscriber),
+     "The regulated uploads of one subscriber address fill one uplink buffer: with true they "
+     "share one delivered rate (per rsfcd worker: rsfcd-iptables.sh's default subscriber "
+     "balancing keeps all flows of a phone on one worker, -b kernel / --queue-balance does not), "
+     "and each flow's window is sized on its share of it instead of on its own windowed maximum, "
+     "which overstates the share and makes several uploads keep a queue between them."},
+    {"share_equalize", real_field(&RsfcParams::share_equalize, {0, 1}),
+     "How far each flow's share is pulled toward an equal split among the subscriber's uploads "
+     "that use their windows: 0 = keep the shares as they are, 1 = equal."},
+    {"tuning", section_field(kRsfcTuningFields, kSelf, true),
+     "rsfc.tuning, experimental: the control law's details. Not for operators: the defaults "
+     "are what the lab and the simulation were measured with (lab/EXPERIMENTS.md); change them "
+     "only to run an experiment, e.g. rsfc: {tuning: {probe_below: 0.3}}. Reloadable on SIGHUP "
+     "like the rest."},
 };
 
 const FieldTable<DrwaParams> kDrwaFields = {
-    {"alpha", real_field(&DrwaParams::alpha, {0, 1, false, true})},
-    {"lambda", real_field(&DrwaParams::lambda, {0, 100, true, false})},
-    {"interval_floor_ms", duration_field(&DrwaParams::interval_floor, kMilli, {1, 10'000})},
-    {"rtt_min_horizon_s", duration_field(&DrwaParams::rtt_min_horizon, kSecond, {0, 86'400})},
+    {"alpha", real_field(&DrwaParams::alpha, {0, 1, false, true}),
+     "cwnd_est smoothing (published default 7/8)."},
+    {"lambda", real_field(&DrwaParams::lambda, {0, 100, true, false}),
+     "rwnd's multiple of the estimate (published default 3)."},
+    {"interval_floor_ms", duration_field(&DrwaParams::interval_floor, kMilli, {1, 10'000}),
+     "\"Once per RTT\" never more often than this."},
+    {"rtt_min_horizon_s", duration_field(&DrwaParams::rtt_min_horizon, kSecond, {0, 86'400}),
+     "RTT_min ages out after this many seconds; 0 = kept for the flow's life as published "
+     "(DRWA keeps about (lambda - 1) x RTT_min of queue, which an aging minimum would learn and "
+     "ratchet up)."},
 };
 
 const FieldTable<DirectionParams> kDirectionFields = {
-    {"policy",
-     [](Reader& r, const Entry& e, DirectionParams& d) {
-       // yaml-cpp reads a bare `off` as the string "off" (PyYAML: false): both spellings work.
-       d.policy = read_name(r, e, kPolicyNames);
-     }},
+    {"policy", name_field(&DirectionParams::policy, kPolicyNames),
+     "What the knob does:\n"
+     "- off: nothing, the windows pass untouched.\n"
+     "- observe: track and export metrics, never modify.\n"
+     "- static: clamp the window to static_window_bytes (what Android does with tcp_rmem_max).\n"
+     "- rsfc, uplink only: Receiver-Side Flow Control (see rsfc below).\n"
+     "- drwa, downlink only: Dynamic Receive Window Adjustment (see drwa below).\n"
+     "Write off quoted if other tools read this file: PyYAML (YAML 1.1) reads a bare off as the "
+     "boolean false. rsfcd accepts both spellings, but not false or no."},
     {"static_window_bytes",
-     uint_field(&DirectionParams::static_window_bytes, kMinWindowFloor, kMaxWindowBytes)},
+     uint_field(&DirectionParams::static_window_bytes, kMinWindowFloor, kMaxWindowBytes),
+     "The clamp when policy is static, at least min_window_bytes then. The upper end, "
+     "65535 x 2^14, is the largest window TCP can advertise."},
 };
 
 const FieldTable<Config> kQueueFields = {
-    {"maxlen", uint_field(&Config::queue_maxlen, 1, kU32Max)},
-    {"socket_buffer_bytes", uint_field(&Config::socket_rcvbuf, 64 << 10, 1 << 30)},
-    {"batch", uint_field(&Config::batch_size, 1, 65'536)},
+    {"maxlen", uint_field(&Config::queue_maxlen, 1, kU32Max), "Packets the kernel holds for us."},
+    {"socket_buffer_bytes", uint_field(&Config::socket_rcvbuf, 64 << 10, 1 << 30),
+     "The netlink socket's receive buffer."},
+    {"batch", uint_field(&Config::batch_size, 1, 65'536), "Packets drained per wakeup at most."},
 };
 
 const FieldTable<Config> kFlowsFields = {
-    {"max", uint_field(&Config::flows_max, 1, kU32Max)},
-    {"idle_timeout_s", duration_field([](Config& c) -> Nanos& { return c.params.idle_timeout; },
-                                      kSecond, {1, 7 * 86'400})},
-    {"closed_timeout_s", duration_field([](Config& c) -> Nanos& { return c.params.closed_timeout; },
-                                        kSecond, {1, 3'600})},
+    {"max", uint_field(&Config::flows_max, 1, kU32Max),
+     "Flows tracked at most, shared out between the queues' workers: each gets flows.max / "
+     "queues (rounded up), which must be at least 1 and at most 2^31 (what its flow table can "
+     "index). Memory for every flow is reserved at start: flows.max x the size of a flow (about "
+     "2.6 KB) must fit in the machine's physical memory. Restart-only."},
+    {"idle_timeout_s",
+     duration_field([](auto& c) -> auto& { return c.params.idle_timeout; }, kSecond,
+                    {1, 7 * 86'400}),
+     "Forget a flow idle this long (7 days at most)."},
+    {"closed_timeout_s",
+     duration_field([](auto& c) -> auto& { return c.params.closed_timeout; }, kSecond, {1, 3'600}),
+     "After FIN/RST both ways, keep the flow this long for late ACKs."},
     {"embryonic_timeout_s",
-     duration_field([](Config& c) -> Nanos& { return c.params.embryonic_timeout; }, kSecond,
-                    {1, 3'600})},
+     duration_field([](auto& c) -> auto& { return c.params.embryonic_timeout; }, kSecond,
+                    {1, 3'600}),
+     "Forget a flow whose handshake never completed after this long."},
 };
 
 const FieldTable<Config> kMetricsFields = {
-    {"listen", read_listen},
+    {"listen",
+     leaf(read_listen, show_listen,
+          "\"address:port\" with an IPv4 address, \"[ipv6]:port\" (e.g. \"[::1]:9477\"), or \"\" "
+          "to disable the endpoint; port 1 .. 65535"),
+     "Host names are not accepted. Restart-only."},
 };
 
 const FieldTable<Config> kLogFields = {
-    {"level",
-     [](Reader& r, const Entry& e, Config& c) { c.log_level = read_name(r, e, kLogLevelNames); }},
+    {"level", name_field(&Config::log_level, kLogLevelNames), ""},
 };
 
 const FieldTable<Config> kTopFields = {
-    {"queues", read_queues},
-    {"subscriber_networks", read_networks},
-    {"uplink", section_field(kDirectionFields,
-                             [](Config& c) -> DirectionParams& { return c.params.uplink; })},
-    {"downlink", section_field(kDirectionFields,
-                               [](Config& c) -> DirectionParams& { return c.params.downlink; })},
+    {"queues",
+     leaf(read_queues, show_queues,
+          "a list of queue numbers 0 .. 65535, no duplicates, at least one"),
+     "NFQUEUE numbers to serve, one worker thread per queue. They must match the iptables rules "
+     "(conf/rsfcd-iptables.sh), e.g.\n"
+     "  iptables-legacy -A FORWARD -p tcp -j NFQUEUE --queue-num 0 --queue-bypass\n"
+     "Restart-only."},
+    {"subscriber_networks",
+     leaf(read_networks, show_networks,
+          "a list of \"address/length\" prefixes, IPv4 or IPv6, no duplicates"),
+     "Which side of a flow is the subscriber (the phone): addresses inside these prefixes. A bare "
+     "address is a host prefix; host bits set after the length are an error (they usually mean "
+     "a typo in the length). At least one is required unless uplink.policy and downlink.policy "
+     "are both off: without it rsfcd cannot tell uplink from downlink."},
+    {"uplink",
+     section_field(
+         kDirectionFields, [](auto& c) -> auto& { return c.params.uplink; }),
+     "The uplink knob: the window in ACKs travelling TO subscribers, i.e. how much the phone may "
+     "keep in flight into its own (bloated) uplink buffer."},
+    {"downlink",
+     section_field(
+         kDirectionFields, [](auto& c) -> auto& { return c.params.downlink; }),
+     "The downlink knob: the window in ACKs travelling FROM subscribers, i.e. how much the server "
+     "may keep in flight into the downlink buffer."},
     {"min_window_bytes",
-     uint_field([](Config& c) -> uint32_t& { return c.params.min_window_bytes; }, kMinWindowFloor,
-                kMaxWindowBytes)},
-    {"queue", section_field(kQueueFields, [](Config& c) -> Config& { return c; })},
-    {"flows", section_field(kFlowsFields, [](Config& c) -> Config& { return c; })},
-    {"metrics", section_field(kMetricsFields, [](Config& c) -> Config& { return c; })},
-    {"log", section_field(kLogFields, [](Config& c) -> Config& { return c; })},
-    {"rsfc", section_field(kRsfcFields, [](Config& c) -> RsfcParams& { return c.params.rsfc; })},
-    {"drwa", section_field(kDrwaFields, [](Config& c) -> DrwaParams& { return c.params.drwa; })},
+     uint_field(
+         [](auto& c) -> auto& { return c.params.min_window_bytes; }, kMinWindowFloor,
+         kMaxWindowBytes),
+     "No policy ever lowers a window below this many bytes (below 2 segments, senders stall on "
+     "delayed ACKs). The lower end is 2 x 536, the smallest default MSS."},
+    {"flows", section_field(kFlowsFields, kSelf), "Per-flow state."},
+    {"queue", section_field(kQueueFields, kSelf),
+     "The netlink side of each NFQUEUE. All restart-only."},
+    {"metrics", section_field(kMetricsFields, kSelf),
+     "Prometheus metrics over HTTP (GET /metrics)."},
+    {"log", section_field(kLogFields, kSelf), "Logs go to stderr."},
+    {"decision_log",
+     string_field(&Config::decision_log, "a file path (quote it), or \"\" for none"),
+     "Write one JSON line per control decision (rsfc and drwa) to this file. Applies on SIGHUP, "
+     "which also reopens the file (log rotation)."},
+    {"rsfc",
+     section_field(
+         kRsfcFields, [](auto& c) -> auto& { return c.params.rsfc; }),
+     "The RSFC controller, used when uplink.policy is rsfc. T is the threshold on t_buff, the "
+     "filtered uplink buffering delay: above it the controller clamps the window to about one "
+     "bandwidth-delay product (fast state), below it the window grows (slow state)."},
+    {"drwa",
+     section_field(
+         kDrwaFields, [](auto& c) -> auto& { return c.params.drwa; }),
+     "DRWA, used when downlink.policy is drwa. Once per RTT:\n"
+     "  cwnd_est <- alpha x cwnd_est + (1 - alpha) x bytes received in the last RTT\n"
+     "  rwnd     <- lambda x (RTT_min / RTT_est) x cwnd_est"},
 };
+
+bool has_field(const FieldTable<RsfcParams>& table, std::string_view name) {
+  return std::any_of(table.begin(), table.end(),
+                     [&](const Field<RsfcParams>& f) { return f.name == name; });
+}
+
+std::string moved_to(std::string_view dotted) {
+  if (dotted == "rsfc.decision_log") return "the decision log is the top-level key decision_log";
+  constexpr std::string_view kRsfc = "rsfc.", kTuning = "rsfc.tuning.";
+  if (dotted.starts_with(kTuning) && has_field(kRsfcFields, dotted.substr(kTuning.size()))) {
+    return "an operator key, set it as rsfc." + std::string(dotted.substr(kTuning.size()));
+  }
+  if (dotted.starts_with(kRsfc) && has_field(kRsfcTuningFields, dotted.substr(kRsfc.size()))) {
+    return "moved to the experimental block, rsfc.tuning." +
+           std::string(dotted.substr(kRsfc.size()));
+  }
+  return "";
+}
 
 // ---------------------------------------------------------------------------------------------
 // Rules across keys
@@ -625,7 +1029,61 @@ void check_direction(const Reader& r, const Config& c, const DirectionParams& d,
   }
 }
 
+// The flow table indexes its hash buckets (kBucketsPerFlow per flow, a power of two in all)
+// with 32 bits: at most 2^31 flows per worker.
+constexpr uint64_t kMaxFlowsPerWorker = (uint64_t{1} << 32) / FlowTable::kBucketsPerFlow;
+
+// The machine's physical memory in bytes; 0 if unknown.
+uint64_t physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0
+             ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)
+             : 0;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  std::array<char, 32> buf{};
+  const double gib = static_cast<double>(bytes) / static_cast<double>(1ULL << 30);
+  if (gib >= 1024) {
+    std::snprintf(buf.data(), buf.size(), "%.1f TiB", gib / 1024);
+  } else {
+    std::snprintf(buf.data(), buf.size(), "%.1f GiB", gib);
+  }
+  return buf.data();
+}
+
+// flows.max is shared out between the queues' workers, each of which reserves its flow table
+// at start: every worker must get at least one flow, its table must be indexable, and all of
+// them must fit in the machine's memory.
+void check_flows(const Reader& r, const Config& c) {
+  const uint64_t queues = c.queues.size();
+  const uint64_t per_worker = flows_per_worker(c);
+  const int line = r.line_of("flows.max").value_or(r.line_of("queues").value_or(0));
+  const std::string got = " (got " + std::to_string(c.flows_max) + ")";
+  if (c.flows_max < queues) {
+    r.fail(line, "flows.max",
+           "must be at least the number of queues (" + std::to_string(queues) +
+               "): each queue's worker gets flows.max / " + std::to_string(queues) + " flows" +
+               got);
+  }
+  if (per_worker > kMaxFlowsPerWorker) {
+    r.fail(line, "flows.max",
+           std::to_string(per_worker) + " flows per queue's worker, more than its flow table " +
+               "can index (" + std::to_string(kMaxFlowsPerWorker) + "); add queues or lower it" +
+               got);
+  }
+  const uint64_t reserved = per_worker * queues * Engine::bytes_per_flow();
+  if (const uint64_t memory = physical_memory(); memory != 0 && reserved > memory) {
+    r.fail(line, "flows.max",
+           "the flow tables would reserve " + format_bytes(reserved) + " (" +
+               std::to_string(Engine::bytes_per_flow()) + " bytes per flow), more than this " +
+               "machine's memory (" + format_bytes(memory) + ")" + got);
+  }
+}
+
 void check_config(const Reader& r, const Config& c) {
+  check_flows(r, c);
   check_direction(r, c, c.params.uplink, "uplink");
   check_direction(r, c, c.params.downlink, "downlink");
 
@@ -672,10 +1130,10 @@ void check_quotes(const Reader& r, const YAML::Node& n, std::string_view text,
   if (!n.IsScalar() || n.Tag() == "?" || n.Mark().is_null() || n.Mark().pos < 0) return;
   size_t i = static_cast<size_t>(n.Mark().pos);
   auto at = [&](size_t k) { return k < text.size() ? text[k] : '\n'; };
-  // Skip node properties: an anchor (&a) or a tag (!!str), each followed by blanks.
+  // Skip a node's tag (!!str) and the blanks after it (anchors were refused before).
   auto blank = [&](size_t k) { return at(k) == ' ' || at(k) == '\t'; };
   auto end_of_line = [&](size_t k) { return at(k) == '\n' || at(k) == '\r'; };
-  while (at(i) == '&' || at(i) == '!') {
+  while (at(i) == '!') {
     ++i;
     while (!blank(i) && !end_of_line(i) && at(i) != '"' && at(i) != '\'') ++i;
     while (blank(i)) ++i;
@@ -727,13 +1185,17 @@ void check_directives(const Reader& r, std::string_view text) {
   }
 }
 
-// Counts the documents in a stream (only the first two are read) and notices a parser that
-// makes no progress between documents.
-class DocumentCounter : public YAML::EventHandler {
+// Reads the stream as events, before any node is built: counts the documents (only the first
+// two are read), notices a parser that makes no progress between documents, and finds the
+// first anchor (&name; an alias, *name, needs one before it). Anchors are refused: each alias
+// is a reference the tree walks would follow again, so nested aliases grow the work 10x per
+// level (a 501-byte file held --check-config for 14 s); no configuration needs them.
+class DocumentScan : public YAML::EventHandler {
  public:
   int documents = 0;
   bool stuck = false;
   int second_line = 0;  // 1-based line where the second document starts
+  std::optional<std::pair<YAML::Mark, std::string>> anchor;  // the first one
 
   void OnDocumentStart(const YAML::Mark& mark) override {
     if (++documents == 2) {
@@ -754,6 +1216,9 @@ class DocumentCounter : public YAML::EventHandler {
   void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
                   YAML::EmitterStyle::value) override {}
   void OnMapEnd() override {}
+  void OnAnchor(const YAML::Mark& mark, const std::string& name) override {
+    if (!anchor) anchor.emplace(mark, name);
+  }
 
  private:
   int first_pos_ = -1;
@@ -777,12 +1242,18 @@ Config parse_config(std::string_view yaml_text, std::string_view source) {
     // parser then reports empty documents at one position forever.
     std::istringstream in(text);
     YAML::Parser parser(in);
-    DocumentCounter counter;
-    for (int i = 0; i < 2 && parser.HandleNextDocument(counter); ++i) {
+    DocumentScan scan;
+    for (int i = 0; i < 2 && parser.HandleNextDocument(scan); ++i) {
     }
-    if (counter.stuck) r.fail(counter.second_line, "", "YAML syntax error: unexpected character");
-    if (counter.documents > 1) {
-      r.fail(counter.second_line, "", "more than one YAML document (a second '---' or a '...')");
+    if (scan.stuck) r.fail(scan.second_line, "", "YAML syntax error: unexpected character");
+    if (scan.documents > 1) {
+      r.fail(scan.second_line, "", "more than one YAML document (a second '---' or a '...')");
+    }
+    if (scan.anchor) {
+      r.fail(
+          scan.anchor->first.line + 1, "",
+          "YAML anchors and aliases (&name, *name) are not accepted: write the value out (got &" +
+              scan.anchor->second + ")");
     }
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
@@ -818,6 +1289,61 @@ Config load_config_file(const std::string& path) {
   }
   if (in.bad()) throw ConfigError(one_line(path) + ": read error: " + std::strerror(errno));
   return parse_config(text, path);
+}
+
+namespace {
+
+// The top of the printed configuration.
+constexpr std::string_view kHeader =
+    "rsfcd configuration, printed by `rsfcd --print-config` from the tables that read it "
+    "(src/io/config.cpp). Every key is shown with what it accepts, set to its default unless "
+    "its comment says otherwise. `rsfcd --print-config --tuning` adds the experimental block "
+    "rsfc.tuning.\n"
+    "\n"
+    "rsfcd reads this file at start-up and again on SIGHUP. Reading rules (strict on purpose; a "
+    "mistake is reported as ONE line,\n"
+    "  <file>:<line>: <dotted.key>: <what is wrong> (got <value>)\n"
+    "and the file is refused as a whole; on SIGHUP the running configuration stays):\n"
+    "- An unknown key, at any level, is an error (a typo never silently means \"default\").\n"
+    "- A key given twice in the same mapping is an error.\n"
+    "- Byte sizes, counts and queue numbers are plain decimal integers: no sign, no fraction, no "
+    "exponent, no hex, no quotes, no leading zero (YAML 1.1 reads 0755 as octal). Digit "
+    "separators are allowed: 1_000_000.\n"
+    "- Durations (keys ending in _s or _ms) are numbers and may have a fraction: 1.5.\n"
+    "- Strings may be quoted or not, but a quoted value must close on its own line, and a string "
+    "key refuses the bare YAML 1.1 boolean words (yes/no/on/off/true/false...): quote them if you "
+    "mean them.\n"
+    "- One document only; UTF-8 text; no % directives other than %YAML/%TAG before '---'.\n"
+    "- No anchors or aliases (&name, *name): write every value out.\n"
+    "- A key with no value (`min_window_bytes:`) is an error; a SECTION with no value (every key "
+    "under `rsfc:` commented out) means \"all defaults\".\n"
+    "- Keys left out take their defaults.\n"
+    "\n"
+    "Restart-only keys (they take effect at the next start; a SIGHUP that changes them is "
+    "reported with a warning): queues, queue.*, flows.max, metrics.listen. Everything else "
+    "applies on SIGHUP.";
+
+}  // namespace
+
+Config example_config() {
+  Config c;
+  c.params.subscriber_networks = {Prefix::parse("198.18.0.0/16").value(),
+                                  Prefix::parse("2001:2::/48").value()};
+  c.params.uplink.policy = Policy::kStatic;
+  return c;
+}
+
+std::string format_config(const Config& shown, bool tuning) {
+  Printer p(tuning);
+  p.comment(kHeader);
+  const Config defaults;
+  for (const Field<Config>& f : kTopFields) f.print(p, f, shown, defaults);
+  return p.take();
+}
+
+uint32_t flows_per_worker(const Config& c) {
+  const uint64_t queues = std::max<size_t>(1, c.queues.size());
+  return static_cast<uint32_t>((uint64_t{c.flows_max} + queues - 1) / queues);
 }
 
 std::vector<std::string> restart_only_differences(const Config& running, const Config& loaded) {

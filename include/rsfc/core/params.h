@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "rsfc/core/types.h"
@@ -63,7 +62,6 @@ struct RsfcParams {
   uint32_t min_window_segments = 2;            // the controller's window >= this many MSS
   double lag_confirm_fraction = 0.1;           // no TS: lag within this of its min = empty
   double refresh_holdoff = 0.5;                // no scheduled drain within this * min_refresh
-  std::string decision_log;                    // JSON-lines path, empty = off
 };
 
 // DRWA constants (downlink knob), see drwa.h.

@@ -23,6 +23,7 @@ struct Config {
   uint32_t flows_max = 1'000'000;
   std::string metrics_listen = "127.0.0.1:9477";  // "" disables the HTTP endpoint
   LogLevel log_level = LogLevel::kInfo;
+  std::string decision_log;  // JSON lines, one per control decision; "" = off (reloadable)
   EngineParams params;
 };
 
@@ -35,6 +36,21 @@ class ConfigError : public std::runtime_error {
 Config parse_config(std::string_view yaml_text, std::string_view source = "<config>");
 // Reads and parses a file; a missing/unreadable file is a ConfigError too.
 Config load_config_file(const std::string& path);
+
+// The configuration that ships as conf/rsfcd.yaml: the defaults, with the lab's subscriber
+// prefixes and a static 64 KB clamp on the uplink knob.
+Config example_config();
+
+// `shown` as commented YAML, every key with its help, what it accepts, and its default where
+// `shown` differs from it; `tuning` adds the experimental block rsfc.tuning. The same tables
+// read and print, so format_config(example_config(), false) is conf/rsfcd.yaml, byte for
+// byte (config_test checks), and parse_config reads back exactly `shown`.
+std::string format_config(const Config& shown, bool tuning);
+
+// flows.max shared out between the queues' workers: flows.max / queues, rounded up.
+// parse_config has checked that it is at least 1, that a worker's flow table can index it
+// (at most 2^31), and that all the workers' tables fit in the machine's physical memory.
+uint32_t flows_per_worker(const Config& c);
 
 // Keys that need a restart (queues, flows.max, metrics.listen, queue.*): a list of their
 // names whose values differ, for the reload path to warn about.
