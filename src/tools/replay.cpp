@@ -88,15 +88,6 @@ void kv_num(std::string& o, const char* k, double v, const char* fmt) {
   put_key(o, k);
   put_num(o, v, fmt);
 }
-// A measurement where a sentinel means "unknown": written as null.
-void kv_known(std::string& o, const char* k, double v, bool known, const char* fmt) {
-  put_key(o, k);
-  if (known)
-    put_num(o, v, fmt);
-  else
-    o += "null";
-}
-
 void append_key(std::string& key, uint8_t family, const IpAddr& sub, const IpAddr& peer,
                 uint16_t sport, uint16_t pport) {
   key.clear();
@@ -386,27 +377,9 @@ void Replayer::on_decision(const DecisionRecord& r) {
     if (r.t_buff_ms >= 0 && std::isfinite(r.t_buff_ms)) f.t_buff_ms.push_back(r.t_buff_ms);
   }
   if (lines_ == nullptr) return;
-  std::string& o = line_;
-  o.assign("{");
-  kv(o, "type", "decision");
-  kv_num(o, "time_s", rel_seconds(r.time), "%.6f");
-  kv(o, "subscriber", r.subscriber.to_string());
-  kv(o, "subscriber_port", r.subscriber_port);
-  kv(o, "peer", r.peer.to_string());
-  kv(o, "peer_port", r.peer_port);
-  kv(o, "knob", r.knob != nullptr ? r.knob : "");
-  kv(o, "state", r.state != nullptr ? r.state : "");
-  kv_known(o, "tick_ms", r.tick_ms, r.tick_ms > 0, "%.3f");
-  kv_known(o, "t_buff_ms", r.t_buff_ms, r.t_buff_ms >= 0, "%.3f");
-  kv_num(o, "rate_bps", r.rate_bps, "%.0f");
-  kv_known(o, "rtt_min_ms", r.rtt_min_ms, r.rtt_min_ms >= 0, "%.3f");
-  kv_known(o, "rtt_ms", r.rtt_ms, r.rtt_ms >= 0, "%.3f");
-  kv(o, "window_bytes", r.window_bytes);
-  kv(o, "target_bytes", r.target_bytes);
-  put_key(o, "timestamps");
-  o += r.timestamps ? "true" : "false";
-  o += "}\n";
-  lines_->write(o.data(), static_cast<std::streamsize>(o.size()));
+  const size_t n =
+      format_decision_json(r, record_.data(), record_.size(), DecisionJson::kReplay, first_);
+  lines_->write(record_.data(), static_cast<std::streamsize>(n));
 }
 
 void Replayer::write_flow_line(const FlowBook& f) {

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "rsfc/core/decision_record.h"
 #include "rsfc/core/metrics.h"
 #include "rsfc/core/packet.h"
 #include "rsfc/core/params.h"
@@ -23,33 +24,6 @@ struct PacketMeta {
 struct PacketResult {
   Outcome outcome = Outcome::kPassed;
   bool modified = false;  // bytes changed in place: return them with the verdict
-};
-
-// One line of the per-flow decision log (RSFC/DRWA); emitted at most once per control step.
-struct DecisionRecord {
-  Nanos time = 0;
-  IpAddr subscriber, peer;
-  uint16_t subscriber_port = 0, peer_port = 0;
-  const char* knob = "";   // "uplink" / "downlink"
-  const char* state = "";  // controller state name
-  double tick_ms = 0;      // subscriber timestamp granularity g (0 = unknown)
-  double t_buff_ms = -1;   // filtered uplink buffering delay (-1 = unknown)
-  double rate_bps = 0;     // delivered rate rho, bits/s (as the field name says)
-  double rtt_min_ms = -1;
-  double rtt_ms = -1;  // the round trip the controller sizes the window on
-  // The window advertised on the ACK this step ran on, in bytes (its window field as
-  // forwarded << the scale): the target after the floor, the right-edge hold and rounding up
-  // to the scale; the ACK's own window when that was smaller, no clamp, or not enforced.
-  uint64_t window_bytes = 0;
-  uint64_t target_bytes = 0;  // the controller's target after the floor; 0 = no clamp
-  bool enforced = true;       // false under policy observe (target_bytes: what it would apply)
-  bool timestamps = false;
-};
-
-class DecisionSink {
- public:
-  virtual ~DecisionSink() = default;
-  virtual void on_decision(const DecisionRecord& r) = 0;
 };
 
 class FlowTable;

@@ -170,6 +170,7 @@ class Replayer {
   std::unordered_map<std::string, size_t> index_;  // flow key -> flows_ position
   std::string key_;                                // reused key buffer
   std::string line_;                               // reused output line
+  std::array<char, 1024> record_{};                // one decision line
   bool have_first_ = false;
   Nanos first_ = 0, last_ = 0, next_expire_ = 0;
   Summary s_;
