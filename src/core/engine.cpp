@@ -190,15 +190,18 @@ void Engine::leave_state_gauge(uint32_t idx) {
 // A packet goes through four stages: classify (parse, direction, flow), track the TCP
 // lifecycle, feed the regulators, apply the knob. Exactly one outcome is counted per packet.
 // The stages are always inlined here (engine.h): separate for reading, one function to run.
+// PacketResult is returned in memory: its fields are stored as the stages learn them (in
+// two registers they would be packed byte by byte, ~25 instructions per packet).
+static_assert(sizeof(PacketResult) > 16);
 PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta) {
   PacketView v;
   PacketResult r;
   if (!classify(pkt, v, r)) return r;  // direction unknown: counted as such
   const bool tracked = params_.uplink.policy != Policy::kOff ||
                        params_.downlink.policy != Policy::kOff;  // else nothing to regulate
-  const uint32_t idx = tracked ? flow_of(v, r.direction, now) : kNoFlow;
+  const uint32_t idx = tracked ? flow_of(v, r, now) : kNoFlow;
   if (idx != kNoFlow) {  // kNoFlow: not tracked, or a stray RST (nothing to learn from it)
-    track_lifecycle(idx, v, r.direction, now);
+    track_lifecycle(idx, v, now, r);
     feed_regulators(idx, v, r.direction, now);
     apply_knob(pkt, v, idx, now, meta, r);
   }
@@ -231,9 +234,9 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
 }
 
 // The packet's flow, added on its first packet; kNoFlow for a RST of no known flow.
-[[gnu::always_inline]] inline uint32_t Engine::flow_of(const PacketView& v, Direction dir,
+[[gnu::always_inline]] inline uint32_t Engine::flow_of(const PacketView& v, PacketResult& r,
                                                        Nanos now) {
-  const bool to_sub = dir == Direction::kToSubscriber;
+  const bool to_sub = r.direction == Direction::kToSubscriber;
   FlowKey key;
   key.family = v.ip_version;
   key.sub_addr = (to_sub ? v.dst : v.src).bytes;
@@ -241,13 +244,14 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   key.sub_port = to_sub ? v.dport : v.sport;
   key.peer_port = to_sub ? v.sport : v.dport;
   const uint32_t h = flows_->hash(key);
-  const uint32_t idx = flows_->find(key, h);
-  if (idx != kNoFlow) {
-    flows_->touch(idx, now);
-    return idx;
+  r.flow = flows_->find(key, h);
+  if (r.flow != kNoFlow) {
+    flows_->touch(r.flow, now);
+  } else if (!v.rst()) {
+    r.flow = add_flow(key, h, v, r.direction, now);
+    r.new_flow = true;
   }
-  if (v.rst()) return kNoFlow;
-  return add_flow(key, h, v, dir, now);
+  return r.flow;
 }
 
 // A new flow (evicting the least valuable one when the table is full). Without a SYN its
@@ -280,11 +284,12 @@ uint32_t Engine::add_flow(const FlowKey& key, uint32_t h, const PacketView& v, D
 // Handshake (ISNs, options, window scales, first right edges), FIN and RST; the flow's
 // class follows (timeouts: expire()).
 [[gnu::always_inline]] inline void Engine::track_lifecycle(uint32_t idx, const PacketView& v,
-                                                           Direction dir, Nanos now) {
+                                                           Nanos now, PacketResult& r) {
+  const Direction dir = r.direction;
   Flow& f = flows_->at(idx);
   Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
   if (v.syn() && !v.ack_flag()) {
-    on_syn(idx, v, dir, now);
+    if (on_syn(idx, v, dir, now)) r.new_flow = true;
   } else if (v.syn()) {
     learn_syn(sender, v);
     learn_syn_ack(f, v, dir);
@@ -310,12 +315,13 @@ uint32_t Engine::add_flow(const FlowKey& key, uint32_t h, const PacketView& v, D
 }
 
 // A SYN (without ACK). One with another ISN on an established or closed tuple means the
-// ports were reused: the flow starts over in its slot.
-void Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now) {
+// ports were reused: the flow starts over in its slot (returns true).
+bool Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now) {
   Flow& f = flows_->at(idx);
   Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
-  if (sender.syn_seen && sender.isn != v.seq &&
-      (f.state == FlowState::kEstablished || f.state == FlowState::kClosed)) {
+  const bool reused = sender.syn_seen && sender.isn != v.seq &&
+                      (f.state == FlowState::kEstablished || f.state == FlowState::kClosed);
+  if (reused) {
     Flow fresh;
     fresh.key = f.key;
     fresh.created = fresh.last_seen = now;
@@ -331,6 +337,7 @@ void Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now)
   if (f.state == FlowState::kMidstream) f.state = FlowState::kSynSeen;
   f.sub_initiated = dir == Direction::kFromSubscriber;
   flows_->set_class(idx, FlowClass::kTentative);
+  return reused;
 }
 
 // --- Feed the regulators -----------------------------------------------------------------
@@ -374,6 +381,9 @@ void Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now)
   const Direction dir = r.direction;
   const uint8_t scale = dir == Direction::kToSubscriber ? f.peer_scale : f.sub_scale;
   Endpoint& receiver = dir == Direction::kToSubscriber ? f.sub : f.peer;
+  r.knob_ack = true;
+  r.scale = scale;
+  r.window_in = r.window_out = window_bytes(v.window, scale);
   DecisionRecord rec;
   bool log = false;  // a control step ran: the record goes out with the window this ACK gets
   const uint64_t target = knob_target(idx, dir, now, rec, log);
@@ -384,6 +394,7 @@ void Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now)
       return;
     }
     rewrite_window(pkt, v, receiver, scale, target, meta.checksum, r);
+    r.window_out = window_bytes(v.window, scale);
   }
   if (log) emit_decision(rec, v.window, scale);
   const uint32_t edge = right_edge(v.ack, v.window, scale);
@@ -523,6 +534,7 @@ void Engine::describe_flow(DecisionRecord& rec, uint32_t idx, Direction dir, Nan
                            uint64_t target) const {
   const Flow& f = flows_->at(idx);
   rec.time = now;
+  rec.flow = idx;
   IpAddr sub, peer;
   sub.family = peer.family = f.key.family;
   sub.bytes = f.key.sub_addr;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "rsfc/core/flow_table.h"
 #include "rsfc/core/types.h"
 
 namespace rsfc {
@@ -29,6 +30,9 @@ struct DecisionRecord {
   uint64_t target_bytes = 0;  // the controller's target after the floor; 0 = no clamp
   bool enforced = true;       // false under policy observe (target_bytes: what it would apply)
   bool timestamps = false;
+  // The engine's flow-table slot of the flow (PacketResult::flow, Engine::flow()), for tools
+  // that join records with packets; not written to JSON.
+  uint32_t flow = kNoFlow;
 };
 
 class DecisionSink {

@@ -25,8 +25,23 @@ struct PacketMeta {
 struct PacketResult {
   Outcome outcome = Outcome::kPassed;
   bool modified = false;  // bytes changed in place: return them with the verdict
+
+  // What the engine made of the packet, for tools that account for it (rsfc-replay); the
+  // daemon needs only the two fields above.
   // Which way the packet travels (unless outcome is kUnparsed or kNotSubscriber).
   Direction direction = Direction::kToSubscriber;
+  // The packet started the flow now in `flow`: its first packet, or a SYN that restarted it
+  // on reused ports.
+  bool new_flow = false;
+  // The flow-table slot of the packet's flow (see flow()); kNoFlow when no flow tracks it
+  // (unparsed, not a subscriber's, both knobs off, a RST of no known flow).
+  uint32_t flow = kNoFlow;
+  // An ACK whose window went through the knob (the window scale known; outcome kPassed,
+  // kRewritten or kTruncatedCopy): the scale of its sender's windows, and the window in
+  // bytes (field << scale) it came with and leaves with.
+  bool knob_ack = false;
+  uint8_t scale = 0;
+  uint64_t window_in = 0, window_out = 0;
 };
 
 class SubscriberTable;
@@ -57,6 +72,9 @@ class Engine {
   void set_decision_sink(DecisionSink* sink) { sink_ = sink; }
 
   const CoreCounters& counters() const { return counters_; }
+  // The flow in a slot (PacketResult::flow, DecisionRecord::flow) as the engine tracks it;
+  // valid until the next process() or expire().
+  const Flow& flow(uint32_t idx) const { return flows_->at(idx); }
   size_t active_flows() const;
   // Memory one flow costs at full capacity: entry, regulator state and hash buckets.
   static size_t bytes_per_flow();
@@ -66,13 +84,13 @@ class Engine {
   // The stages of process(), in order. Inline: engine.cpp folds them back into process()
   // (one call each per packet would cost ~10 % of the packet's time).
   inline bool classify(std::span<const uint8_t> pkt, PacketView& v, PacketResult& r);
-  inline uint32_t flow_of(const PacketView& v, Direction dir, Nanos now);
-  inline void track_lifecycle(uint32_t idx, const PacketView& v, Direction dir, Nanos now);
+  inline uint32_t flow_of(const PacketView& v, PacketResult& r, Nanos now);
+  inline void track_lifecycle(uint32_t idx, const PacketView& v, Nanos now, PacketResult& r);
   inline void feed_regulators(uint32_t idx, const PacketView& v, Direction dir, Nanos now);
   inline void apply_knob(std::span<uint8_t> pkt, PacketView& v, uint32_t idx, Nanos now,
                          PacketMeta meta, PacketResult& r);
   uint32_t add_flow(const FlowKey& key, uint32_t h, const PacketView& v, Direction dir, Nanos now);
-  void on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now);
+  bool on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now);
   // Parts of apply_knob.
   inline const DirectionParams& knob_params(Direction dir) const;
   inline uint64_t knob_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
