@@ -41,7 +41,7 @@ void put_str(std::string& o, std::string_view s) {
   }
   o += '"';
 }
-void put_key(std::string& o, const char* k) {
+void put_key(std::string& o, std::string_view k) {
   if (!o.empty() && o.back() != '{' && o.back() != '\n' && o.back() != ' ') o += ',';
   put_str(o, k);
   o += ':';
@@ -70,15 +70,15 @@ void put_opt(std::string& o, std::optional<double> v, const char* fmt) {
   else
     o += "null";
 }
-void kv(std::string& o, const char* k, std::string_view s) {
+void kv(std::string& o, std::string_view k, std::string_view s) {
   put_key(o, k);
   put_str(o, s);
 }
-void kv(std::string& o, const char* k, uint64_t v) {
+void kv(std::string& o, std::string_view k, uint64_t v) {
   put_key(o, k);
   put_uint(o, v);
 }
-void kv_num(std::string& o, const char* k, double v, const char* fmt) {
+void kv_num(std::string& o, std::string_view k, double v, const char* fmt) {
   put_key(o, k);
   put_num(o, v, fmt);
 }
@@ -438,112 +438,93 @@ Expected<Summary> replay_file(const std::string& path, uint32_t flows_max,
 
 // ---- summary rendering -------------------------------------------------------------------
 
+namespace {
+
+std::string json_str(std::string_view v) {
+  std::string o;
+  put_str(o, v);
+  return o;
+}
+std::string json_num(double v, const char* fmt) {
+  std::string o;
+  put_num(o, v, fmt);
+  return o;
+}
+std::string json_opt(std::optional<double> v, const char* fmt) {
+  std::string o;
+  put_opt(o, v, fmt);
+  return o;
+}
+// {"name":count,...}
+std::string json_counts(std::initializer_list<std::pair<std::string_view, uint64_t>> counts) {
+  std::string o = "{";
+  for (const auto& [name, n] : counts) kv(o, name, n);
+  return o + '}';
+}
+std::string json_counts(const std::map<std::string, uint64_t>& counts) {
+  std::string o = "{";
+  for (const auto& [name, n] : counts) kv(o, name, n);
+  return o + '}';
+}
+// {"name":count,...} of an array indexed by `Enum`, from index `first` on.
+template <typename Enum, size_t N>
+std::string json_counts_by(const std::array<uint64_t, N>& counts, size_t first) {
+  std::string o = "{";
+  for (size_t i = first; i < N; ++i) kv(o, to_string(static_cast<Enum>(i)), counts[i]);
+  return o + '}';
+}
+std::string json_knob(const KnobSummary& k) {
+  std::string o = "{";
+  kv(o, "policy", policy_text(k.params));
+  kv(o, "acks", k.acks);
+  kv(o, "clamped", k.acks_rewritten);
+  return o + '}';
+}
+
+}  // namespace
+
 std::string to_json(const Summary& s) {
   std::string o = "{\n";
-  auto line = [&](auto&& body) {
+  auto line = [&o](std::string_view key, std::string_view value) {
     o += "  ";
-    body();
+    put_key(o, key);  // no comma after the indent
+    o += value;
     o += ",\n";
   };
-  // put_key() adds no comma after '{', '\n' or ' ': each line starts after "  ".
-  line([&] { kv(o, "capture", s.capture); });
-  line([&] { kv(o, "linktype", pcap::linktype_name(s.linktype)); });
-  line([&] {
-    put_key(o, "complete");
-    o += s.error ? "false" : "true";
-  });
-  line([&] {
-    put_key(o, "error");
-    if (s.error)
-      put_str(o, *s.error);
-    else
-      o += "null";
-  });
-  line([&] { kv(o, "records", s.records); });
-  line([&] { kv(o, "truncated_records", s.truncated_records); });
-  line([&] { kv(o, "packets_to_engine", s.packets_to_engine); });
-  line([&] { kv_num(o, "first_time_s", static_cast<double>(s.first_time) / 1e9, "%.6f"); });
-  line([&] {
-    kv_num(o, "duration_s", static_cast<double>(s.last_time - s.first_time) / 1e9, "%.6f");
-  });
-  line([&] {
-    put_key(o, "policies");
-    o += '{';
-    kv(o, "uplink", policy_text(s.knobs[kTo].params));
-    kv(o, "downlink", policy_text(s.knobs[kFrom].params));
-    o += '}';
-  });
-  line([&] {
-    put_key(o, "flows");
-    o += '{';
-    kv(o, "total", s.flows_total);
-    kv(o, "regulated", s.flows_regulated);
-    kv(o, "unregulated", s.flows_unregulated);
-    kv(o, "without_acks", s.flows_without_acks);
-    kv(o, "clamped", s.flows_clamped);
-    o += '}';
-  });
-  line([&] {
-    put_key(o, "acks");
-    o += '{';
-    for (size_t d : {kTo, kFrom}) {
-      put_key(o, d == kTo ? "uplink" : "downlink");
-      o += '{';
-      kv(o, "policy", policy_text(s.knobs[d].params));
-      kv(o, "acks", s.knobs[d].acks);
-      kv(o, "clamped", s.knobs[d].acks_rewritten);
-      o += '}';
-    }
-    put_key(o, "clamped_share");
-    put_opt(o, s.share_acks_clamped(), "%.6f");
-    o += '}';
-  });
-  line([&] { kv(o, "decision_records", s.decision_records); });
-  line([&] {
-    put_key(o, "decision_states");
-    o += '{';
-    for (const auto& [state, n] : s.decision_states) kv(o, state.c_str(), n);
-    o += '}';
-  });
-  line([&] { kv(o, "flows_with_t_buff", s.flows_with_t_buff); });
-  line([&] {
-    put_key(o, "median_t_buff_ms");
-    put_opt(o, s.median_t_buff_ms, "%.3f");
-  });
-  line([&] {
-    put_key(o, "parse_errors");
-    o += '{';
-    for (size_t i = 1; i < s.parse_errors.size(); ++i) {
-      kv(o, to_string(static_cast<ParseError>(i)), s.parse_errors[i]);
-    }
-    o += '}';
-  });
-  line([&] {
-    put_key(o, "link_errors");
-    o += '{';
-    for (size_t i = 1; i < s.link_errors.size(); ++i) {
-      kv(o, to_string(static_cast<pcap::LinkError>(i)), s.link_errors[i]);
-    }
-    o += '}';
-  });
-  line([&] {
-    put_key(o, "outcomes");
-    o += '{';
-    for (size_t i = 0; i < s.outcomes.size(); ++i) {
-      kv(o, to_string(static_cast<Outcome>(i)), s.outcomes[i]);
-    }
-    o += '}';
-  });
-  o += "  ";
-  put_key(o, "engine");
-  o += '{';
-  kv(o, "flows_created", s.engine_flows_created);
-  kv(o, "flows_unregulated", s.engine_flows_unregulated);
-  kv(o, "flows_evicted", s.engine_flows_evicted);
-  kv(o, "flows_table_full", s.engine_flows_table_full);
-  kv(o, "right_edge_holds", s.engine_right_edge_holds);
-  kv(o, "floor_holds", s.engine_floor_holds);
-  o += "}\n}\n";
+  line("capture", json_str(s.capture));
+  line("linktype", json_str(pcap::linktype_name(s.linktype)));
+  line("complete", s.error ? "false" : "true");
+  line("error", s.error ? json_str(*s.error) : "null");
+  line("records", std::to_string(s.records));
+  line("truncated_records", std::to_string(s.truncated_records));
+  line("packets_to_engine", std::to_string(s.packets_to_engine));
+  line("first_time_s", json_num(static_cast<double>(s.first_time) / 1e9, "%.6f"));
+  line("duration_s", json_num(static_cast<double>(s.last_time - s.first_time) / 1e9, "%.6f"));
+  line("policies", "{\"uplink\":" + json_str(policy_text(s.knobs[kTo].params)) +
+                       ",\"downlink\":" + json_str(policy_text(s.knobs[kFrom].params)) + "}");
+  line("flows", json_counts({{"total", s.flows_total},
+                             {"regulated", s.flows_regulated},
+                             {"unregulated", s.flows_unregulated},
+                             {"without_acks", s.flows_without_acks},
+                             {"clamped", s.flows_clamped}}));
+  line("acks", "{\"uplink\":" + json_knob(s.knobs[kTo]) +
+                   ",\"downlink\":" + json_knob(s.knobs[kFrom]) +
+                   ",\"clamped_share\":" + json_opt(s.share_acks_clamped(), "%.6f") + "}");
+  line("decision_records", std::to_string(s.decision_records));
+  line("decision_states", json_counts(s.decision_states));
+  line("flows_with_t_buff", std::to_string(s.flows_with_t_buff));
+  line("median_t_buff_ms", json_opt(s.median_t_buff_ms, "%.3f"));
+  line("parse_errors", json_counts_by<ParseError>(s.parse_errors, 1));
+  line("link_errors", json_counts_by<pcap::LinkError>(s.link_errors, 1));
+  line("outcomes", json_counts_by<Outcome>(s.outcomes, 0));
+  line("engine", json_counts({{"flows_created", s.engine_flows_created},
+                              {"flows_unregulated", s.engine_flows_unregulated},
+                              {"flows_evicted", s.engine_flows_evicted},
+                              {"flows_table_full", s.engine_flows_table_full},
+                              {"right_edge_holds", s.engine_right_edge_holds},
+                              {"floor_holds", s.engine_floor_holds}}));
+  o.resize(o.size() - 2);  // the last line has no comma
+  o += "\n}\n";
   return o;
 }
 
