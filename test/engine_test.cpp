@@ -350,6 +350,63 @@ TEST(Engine, PortReuseWithNewIsnStartsOver) {
   EXPECT_EQ(s.view.window, 16384);
 }
 
+// Besides the verdict, the result says what the engine made of the packet (rsfc-replay
+// records it instead of tracking flows itself).
+TEST(Engine, ResultSaysWhatTheEngineMadeOfThePacket) {
+  Engine e(100, static_params(16384));
+  Conn c(e);
+  const Sent syn = c.from_phone({.seq = kPhoneIsn, .flags = tcpflag::kSyn, .wscale = 7});
+  EXPECT_EQ(syn.result.direction, Direction::kFromSubscriber);
+  EXPECT_TRUE(syn.result.new_flow);
+  EXPECT_FALSE(syn.result.knob_ack) << "a SYN's window is never the knob's";
+  ASSERT_NE(syn.result.flow, kNoFlow);
+  const uint32_t slot = syn.result.flow;
+  const Sent synack = c.from_server({.seq = kServerIsn,
+                                     .ack = kPhoneIsn + 1,
+                                     .flags = tcpflag::kSyn | tcpflag::kAck,
+                                     .wscale = 9});
+  EXPECT_EQ(synack.result.direction, Direction::kToSubscriber);
+  EXPECT_FALSE(synack.result.new_flow);
+  EXPECT_EQ(synack.result.flow, slot);
+  // Downlink knob off: the phone's ACK still goes through it, untouched, at the phone's scale.
+  const Sent ack = c.from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502});
+  EXPECT_TRUE(ack.result.knob_ack);
+  EXPECT_EQ(ack.result.scale, 7);
+  EXPECT_EQ(ack.result.window_in, 502u << 7);
+  EXPECT_EQ(ack.result.window_out, 502u << 7);
+  const Sent clamped = c.server_ack(70000, 1000, 100);
+  EXPECT_EQ(clamped.result.outcome, Outcome::kRewritten);
+  EXPECT_TRUE(clamped.result.knob_ack);
+  EXPECT_EQ(clamped.result.scale, 9);
+  EXPECT_EQ(clamped.result.window_in, 1000u << 9);
+  EXPECT_EQ(clamped.result.window_out, 32u << 9) << "16384 bytes, at 512 a unit";
+  const Flow& f = e.flow(slot);
+  EXPECT_EQ(f.key.sub_port, 40000);
+  EXPECT_EQ(f.key.peer_port, 443);
+  EXPECT_TRUE(f.sub_initiated);
+  EXPECT_EQ(f.bytes_to_sub, 100u);
+  // The same ports again with another ISN: the flow starts over in its slot.
+  c.from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .flags = tcpflag::kRst});
+  const Sent again = c.from_phone({.seq = 77, .flags = tcpflag::kSyn, .payload_len = 10});
+  EXPECT_TRUE(again.result.new_flow);
+  EXPECT_EQ(again.result.flow, slot);
+  EXPECT_EQ(e.flow(slot).bytes_to_sub, 0u);
+  EXPECT_EQ(e.flow(slot).bytes_from_sub, 10u) << "the restarting SYN's payload is the new flow's";
+  // Not tracked: a RST of no known flow; untracked: a flow without its handshake.
+  const Sent rst = c.from_server({.seq = 1, .ack = 0, .flags = tcpflag::kRst});
+  EXPECT_EQ(rst.result.flow, slot) << "the restarted flow is known";
+  std::vector<uint8_t> stray = testpkt::build(
+      {.src = "198.19.0.2", .dst = "198.18.0.2", .sport = 1, .dport = 2, .flags = tcpflag::kRst});
+  EXPECT_EQ(e.process(stray, c.now).flow, kNoFlow);
+  std::vector<uint8_t> mid =
+      testpkt::build({.src = "198.19.0.2", .dst = "198.18.0.2", .sport = 3, .dport = 4});
+  const PacketResult m = e.process(mid, c.now);
+  EXPECT_EQ(m.outcome, Outcome::kUnregulated);
+  EXPECT_TRUE(m.new_flow);
+  EXPECT_FALSE(m.knob_ack);
+  EXPECT_NE(m.flow, kNoFlow);
+}
+
 TEST(Engine, HostileFlowCountStaysWithinCapacity) {
   Engine e(64, static_params(4096));
   for (uint32_t i = 0; i < 10000; ++i) {
@@ -648,6 +705,17 @@ TEST(EngineRsfc, DecisionLogRecordsTheWindowAdvertised) {
   EXPECT_GT(held, 0u) << "no record held by the right edge";
   EXPECT_GT(rounded, 0u) << "no record rounded up to the scale";
   EXPECT_GT(e.counters().right_edge_holds[0].get(), 0u);
+}
+
+TEST(EngineRsfc, DecisionRecordsNameTheirFlowsSlot) {
+  Engine e(16, rsfc_params());
+  const OpenLoopResult r = run_open_loop_upload(e, {.duration = 3 * kSecond});
+  ASSERT_FALSE(r.records.empty());
+  for (const DecisionRecord& d : r.records) {
+    ASSERT_NE(d.flow, kNoFlow);
+    EXPECT_EQ(e.flow(d.flow).key.sub_port, d.subscriber_port);
+    EXPECT_EQ(e.flow(d.flow).key.peer_port, d.peer_port);
+  }
 }
 
 TEST(EngineRsfc, ObserveLogsTheWindowItLeftAndTheTargetItWouldApply) {

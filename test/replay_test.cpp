@@ -373,6 +373,61 @@ TEST(Replay, ReusedPortsAfterAFinishedConnectionAreANewFlow) {
   EXPECT_EQ(s->flows_without_acks, 1u);
 }
 
+// The books are the engine's flows: a flow it dropped (closed and expired) and sees again
+// is another flow, unregulated (no handshake); a flow whose SYN the capture missed has the
+// initiator the engine infers from the SYN-ACK.
+TEST(Replay, FlowsAreTheEnginesFlows) {
+  Capture c;
+  flow_a(c);
+  auto fin = [&](const char* src, const char* dst, uint16_t sport, uint16_t dport, uint32_t seq,
+                 uint32_t ack) {
+    c.tcp({.src = src,
+           .dst = dst,
+           .sport = sport,
+           .dport = dport,
+           .seq = seq,
+           .ack = ack,
+           .flags = tcpflag::kFin | tcpflag::kAck});
+  };
+  fin("198.18.0.2", "198.19.0.2", 40000, 5201, kPhoneIsn + 5001, kServerIsn + 1);
+  fin("198.19.0.2", "198.18.0.2", 5201, 40000, kServerIsn + 1, kPhoneIsn + 5002);
+  c.us += 11'000'000;  // past closed_timeout (10 s): the engine drops the flow
+  c.tcp({.src = "198.19.0.2",
+         .dst = "198.18.0.2",
+         .sport = 5201,
+         .dport = 40000,
+         .seq = kServerIsn + 2,
+         .ack = kPhoneIsn + 5002,
+         .window = 1000});
+  c.tcp({.src = "198.19.0.2",
+         .dst = "198.18.0.2",
+         .sport = 443,
+         .dport = 40003,
+         .seq = 7,
+         .ack = 9,
+         .flags = tcpflag::kSyn | tcpflag::kAck,
+         .wscale = 7});
+  const std::string path = c.write("engine_flows");
+  std::ostringstream out;
+  auto s = replay_file(path, 1000, params(static_policy(16384)), &out);
+  std::remove(path.c_str());
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->flows_total, 3u);
+  EXPECT_EQ(s->flows_regulated, 1u);
+  EXPECT_EQ(s->flows_unregulated, 1u);
+  EXPECT_EQ(s->flows_without_acks, 1u);
+  const auto lines = lines_of(out.str());
+  ASSERT_EQ(lines.size(), 3u) << out.str();
+  EXPECT_HAS(lines[0], "\"subscriber_port\":40000,");
+  EXPECT_HAS(lines[0], "\"status\":\"regulated\",\"initiator\":\"subscriber\"");
+  EXPECT_HAS(lines[0], "\"packets_to_subscriber\":24,\"packets_from_subscriber\":8,");
+  EXPECT_HAS(lines[1], "\"subscriber_port\":40000,");
+  EXPECT_HAS(lines[1], "\"status\":\"unregulated\",\"initiator\":null");
+  EXPECT_HAS(lines[1], "\"packets_to_subscriber\":1,\"packets_from_subscriber\":0,");
+  EXPECT_HAS(lines[2], "\"subscriber_port\":40003,");
+  EXPECT_HAS(lines[2], "\"status\":\"without_acks\",\"initiator\":\"subscriber\"");
+}
+
 TEST(Replay, DecisionRecordsBecomeLinesAndTBuffMedians) {
   Capture c;
   flow_a(c);
@@ -398,6 +453,7 @@ TEST(Replay, DecisionRecordsBecomeLinesAndTBuffMedians) {
   d.window_bytes = 44032;
   d.target_bytes = 43750;
   d.timestamps = true;
+  d.flow = r.flows().front().engine_flow;  // the engine's records name their flow's slot
   for (double tb : {10.0, 30.0, -1.0}) {
     d.time = Nanos{kT0} * kSecond + 2500 * kMicro;
     d.t_buff_ms = tb;
@@ -405,6 +461,7 @@ TEST(Replay, DecisionRecordsBecomeLinesAndTBuffMedians) {
   }
   // A decision for a flow the capture does not have is still written (and counted).
   d.subscriber_port = 1;
+  d.flow = kNoFlow;
   d.t_buff_ms = 99;
   d.state = "slow";
   r.on_decision(d);

@@ -56,6 +56,11 @@ bool feeds_regulator(Policy p) {
   return p == Policy::kRsfc || p == Policy::kDrwa || p == Policy::kObserve;
 }
 
+// Policies whose target is written into the ACK (observe and off never touch it).
+bool enforces(Policy p) {
+  return p == Policy::kStatic || p == Policy::kRsfc || p == Policy::kDrwa;
+}
+
 void count(CoreCounters& c, Direction d, Outcome o) {
   c.packets[static_cast<size_t>(d)][static_cast<size_t>(o)].add();
 }
@@ -70,6 +75,53 @@ void learn_syn(Endpoint& e, const PacketView& v) {
   e.timestamps = v.opts.has_timestamps;
   e.sack_permitted = v.opts.sack_permitted;
   e.syn_window = v.window;
+}
+
+// A SYN-ACK after its SYN: the window scales are in force (only if both SYNs carried the
+// option), and each side's first right edge is known.
+void learn_syn_ack(Flow& f, const PacketView& v, Direction dir) {
+  Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
+  Endpoint& receiver = dir == Direction::kToSubscriber ? f.sub : f.peer;
+  if (!receiver.syn_seen || f.state == FlowState::kMidstream) return;
+  const bool both = receiver.wscale_option && sender.wscale_option;
+  const uint8_t s_scale = both ? effective_scale(sender.wscale_raw) : 0;
+  const uint8_t r_scale = both ? effective_scale(receiver.wscale_raw) : 0;
+  if (dir == Direction::kToSubscriber) {
+    f.peer_scale = s_scale;
+    f.sub_scale = r_scale;
+  } else {
+    f.sub_scale = s_scale;
+    f.peer_scale = r_scale;
+  }
+  f.scale_known = true;
+  if (f.state == FlowState::kSynSeen) f.state = FlowState::kSynAckSeen;
+  // Windows in SYN segments are never scaled. The SYN-ACK offers the SYN's sender
+  // [ack, ack + win); the SYN offered the SYN-ACK's sender [isn + 1, isn + 1 + win).
+  receiver.right_edge = v.ack + v.window;
+  receiver.edge_valid = true;
+  sender.right_edge = v.seq + 1 + receiver.syn_window;
+  sender.edge_valid = true;
+}
+
+// What the uplink controller and DRWA tell the decision log.
+void describe_uplink(DecisionRecord& rec, const UplinkRegulator& u) {
+  rec.knob = "uplink";
+  rec.state = u.state_name();
+  rec.tick_ms = u.tick_ms();
+  rec.t_buff_ms = u.t_buff() ? static_cast<double>(*u.t_buff()) / 1e6 : kUnknown;
+  rec.rate_bps = u.rate() * 8;  // bytes/s -> bits/s
+  rec.rtt_min_ms = u.rtt_min() ? static_cast<double>(*u.rtt_min()) / 1e6 : kUnknown;
+  rec.rtt_ms = u.rtt_used() ? static_cast<double>(*u.rtt_used()) / 1e6 : kUnknown;
+  rec.timestamps = u.timestamps();
+}
+
+void describe_downlink(DecisionRecord& rec, const DownlinkRegulator& dr) {
+  rec.knob = "downlink";
+  rec.state = "drwa";
+  rec.rate_bps = dr.rate() * 8;
+  rec.rtt_min_ms = dr.rtt_min() ? static_cast<double>(*dr.rtt_min()) / 1e6 : kUnknown;
+  rec.rtt_ms = dr.rtt_est() ? static_cast<double>(*dr.rtt_est()) / 1e6 : kUnknown;
+  rec.timestamps = dr.timestamps();
 }
 
 }  // namespace
@@ -135,121 +187,112 @@ void Engine::leave_state_gauge(uint32_t idx) {
   }
 }
 
+// A packet goes through four stages: classify (parse, direction, flow), track the TCP
+// lifecycle, feed the regulators, apply the knob. Exactly one outcome is counted per packet.
+// The stages are always inlined here (engine.h): separate for reading, one function to run.
+// PacketResult is returned in memory: its fields are stored as the stages learn them (in
+// two registers they would be packed byte by byte, ~25 instructions per packet).
+static_assert(sizeof(PacketResult) > 16);
 PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta) {
   PacketView v;
+  PacketResult r;
+  if (!classify(pkt, v, r)) return r;  // direction unknown: counted as such
+  const bool tracked = params_.uplink.policy != Policy::kOff ||
+                       params_.downlink.policy != Policy::kOff;  // else nothing to regulate
+  const uint32_t idx = tracked ? flow_of(v, r, now) : kNoFlow;
+  if (idx != kNoFlow) {  // kNoFlow: not tracked, or a stray RST (nothing to learn from it)
+    track_lifecycle(idx, v, now, r);
+    feed_regulators(idx, v, r.direction, now);
+    apply_knob(pkt, v, idx, now, meta, r);
+  }
+  count(counters_, r.direction, r.outcome);
+  return r;
+}
+
+// --- Classify ----------------------------------------------------------------------------
+
+// Parses the packet and tells its direction. False when that is all (`r` says why): not a
+// TCP segment rsfcd may touch, or not between a subscriber and a peer.
+[[gnu::always_inline]] inline bool Engine::classify(std::span<const uint8_t> pkt, PacketView& v,
+                                                    PacketResult& r) {
   const ParseError err = parse_packet(pkt, v);
   if (err != ParseError::kNone) {
     counters_.parse_errors[static_cast<size_t>(err)].add();
     counters_.packets_unknown_direction.add();
-    return {.outcome = Outcome::kUnparsed, .modified = false};
+    r.outcome = Outcome::kUnparsed;
+    return false;
   }
-
   const bool src_sub = in_any(params_.subscriber_networks, v.src);
   const bool dst_sub = in_any(params_.subscriber_networks, v.dst);
   if (src_sub == dst_sub) {
     counters_.packets_unknown_direction.add();
-    return {.outcome = Outcome::kNotSubscriber, .modified = false};
+    r.outcome = Outcome::kNotSubscriber;
+    return false;
   }
-  const Direction dir = dst_sub ? Direction::kToSubscriber : Direction::kFromSubscriber;
-  const DirectionParams& knob = dir == Direction::kToSubscriber ? params_.uplink : params_.downlink;
-  const DirectionParams& other =
-      dir == Direction::kToSubscriber ? params_.downlink : params_.uplink;
+  r.direction = dst_sub ? Direction::kToSubscriber : Direction::kFromSubscriber;
+  return true;
+}
 
-  if (knob.policy == Policy::kOff && other.policy == Policy::kOff) {
-    count(counters_, dir, Outcome::kPassed);  // nothing to regulate: not even tracked
-    return {};
-  }
-
+// The packet's flow, added on its first packet; kNoFlow for a RST of no known flow.
+[[gnu::always_inline]] inline uint32_t Engine::flow_of(const PacketView& v, PacketResult& r,
+                                                       Nanos now) {
+  const bool to_sub = r.direction == Direction::kToSubscriber;
   FlowKey key;
   key.family = v.ip_version;
-  const IpAddr& sub = dst_sub ? v.dst : v.src;
-  const IpAddr& peer = dst_sub ? v.src : v.dst;
-  key.sub_addr = sub.bytes;
-  key.peer_addr = peer.bytes;
-  key.sub_port = dst_sub ? v.dport : v.sport;
-  key.peer_port = dst_sub ? v.sport : v.dport;
-
+  key.sub_addr = (to_sub ? v.dst : v.src).bytes;
+  key.peer_addr = (to_sub ? v.src : v.dst).bytes;
+  key.sub_port = to_sub ? v.dport : v.sport;
+  key.peer_port = to_sub ? v.sport : v.dport;
   const uint32_t h = flows_->hash(key);
-  uint32_t idx = flows_->find(key, h);
-  const bool syn_only = v.syn() && !v.ack_flag();
-  if (idx == kNoFlow) {
-    if (v.rst()) {
-      count(counters_, dir, Outcome::kPassed);  // nothing to learn from a stray RST
-      return {};
-    }
-    uint32_t evicted;
-    idx = flows_->insert(key, h, FlowClass::kTentative, now, &evicted);
-    if (evicted != kNoFlow) {
-      counters_.flows_evicted.add();
-      forget_flow(evicted);
-    }
-    reset_flow_state(idx);
-    counters_.flows_created.add();
-    counters_.flows_active.set(flows_->size());
-    Flow& nf = flows_->at(idx);
-    if (!v.syn()) {
-      nf.state = FlowState::kMidstream;
-      counters_.flows_unregulated.add();
-    } else {
-      nf.state = FlowState::kSynSeen;
-      nf.sub_initiated = syn_only ? !dst_sub : dst_sub;
-    }
-  } else {
-    flows_->touch(idx, now);
+  r.flow = flows_->find(key, h);
+  if (r.flow != kNoFlow) {
+    flows_->touch(r.flow, now);
+  } else if (!v.rst()) {
+    r.flow = add_flow(key, h, v, r.direction, now);
+    r.new_flow = true;
   }
+  return r.flow;
+}
+
+// A new flow (evicting the least valuable one when the table is full). Without a SYN its
+// handshake is not seen: the window scales stay unknown and it is never regulated.
+uint32_t Engine::add_flow(const FlowKey& key, uint32_t h, const PacketView& v, Direction dir,
+                          Nanos now) {
+  uint32_t evicted;
+  const uint32_t idx = flows_->insert(key, h, FlowClass::kTentative, now, &evicted);
+  if (evicted != kNoFlow) {
+    counters_.flows_evicted.add();
+    forget_flow(evicted);
+  }
+  reset_flow_state(idx);
+  counters_.flows_created.add();
+  counters_.flows_active.set(flows_->size());
+  Flow& f = flows_->at(idx);
+  if (!v.syn()) {
+    f.state = FlowState::kMidstream;
+    counters_.flows_unregulated.add();
+  } else {
+    const bool to_sub = dir == Direction::kToSubscriber;
+    f.state = FlowState::kSynSeen;
+    f.sub_initiated = v.ack_flag() ? to_sub : !to_sub;  // a SYN-ACK goes to the initiator
+  }
+  return idx;
+}
+
+// --- Track the TCP lifecycle -------------------------------------------------------------
+
+// Handshake (ISNs, options, window scales, first right edges), FIN and RST; the flow's
+// class follows (timeouts: expire()).
+[[gnu::always_inline]] inline void Engine::track_lifecycle(uint32_t idx, const PacketView& v,
+                                                           Nanos now, PacketResult& r) {
+  const Direction dir = r.direction;
   Flow& f = flows_->at(idx);
   Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
-  Endpoint& receiver = dir == Direction::kToSubscriber ? f.sub : f.peer;
-  if (dir == Direction::kToSubscriber)
-    f.bytes_to_sub += v.payload_len;
-  else
-    f.bytes_from_sub += v.payload_len;
-
-  // --- Handshake and lifecycle -----------------------------------------------------
-  if (v.syn()) {
-    if (syn_only) {
-      // A new SYN on a known tuple with another ISN: the port was reused; start over.
-      if (sender.syn_seen && sender.isn != v.seq &&
-          (f.state == FlowState::kEstablished || f.state == FlowState::kClosed)) {
-        Flow fresh;
-        fresh.key = f.key;
-        fresh.created = fresh.last_seen = now;
-        fresh.hash = f.hash;
-        fresh.lru_prev = f.lru_prev;
-        fresh.lru_next = f.lru_next;
-        fresh.cls = f.cls;
-        fresh.in_use = true;
-        f = fresh;
-        reset_flow_state(idx);
-      }
-      learn_syn(sender, v);
-      if (f.state == FlowState::kMidstream) f.state = FlowState::kSynSeen;
-      f.sub_initiated = dir == Direction::kFromSubscriber;
-      flows_->set_class(idx, FlowClass::kTentative);
-    } else {
-      // SYN-ACK: scales are in force only if both SYNs carried the option.
-      learn_syn(sender, v);
-      if (receiver.syn_seen && f.state != FlowState::kMidstream) {
-        const bool both = receiver.wscale_option && sender.wscale_option;
-        const uint8_t s_scale = both ? effective_scale(sender.wscale_raw) : 0;
-        const uint8_t r_scale = both ? effective_scale(receiver.wscale_raw) : 0;
-        if (dir == Direction::kToSubscriber) {
-          f.peer_scale = s_scale;
-          f.sub_scale = r_scale;
-        } else {
-          f.sub_scale = s_scale;
-          f.peer_scale = r_scale;
-        }
-        f.scale_known = true;
-        if (f.state == FlowState::kSynSeen) f.state = FlowState::kSynAckSeen;
-        // Windows in SYN segments are never scaled. The SYN-ACK offers the SYN's sender
-        // [ack, ack + win); the SYN offered the SYN-ACK's sender [isn + 1, isn + 1 + win).
-        receiver.right_edge = v.ack + v.window;
-        receiver.edge_valid = true;
-        sender.right_edge = v.seq + 1 + receiver.syn_window;
-        sender.edge_valid = true;
-      }
-    }
+  if (v.syn() && !v.ack_flag()) {
+    if (on_syn(idx, v, dir, now)) r.new_flow = true;
+  } else if (v.syn()) {
+    learn_syn(sender, v);
+    learn_syn_ack(f, v, dir);
   } else if (v.rst()) {
     f.state = FlowState::kClosed;
     flows_->set_class(idx, FlowClass::kClosed);
@@ -265,100 +308,158 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
       flows_->set_class(idx, FlowClass::kClosed);
     }
   }
+  if (dir == Direction::kToSubscriber)
+    f.bytes_to_sub += v.payload_len;
+  else
+    f.bytes_from_sub += v.payload_len;
+}
 
-  // --- Regulators see every segment (SYNs included: handshake timing, ISN, MSS, TS) --
-  FlowRegulators& regs = regs_[idx];
+// A SYN (without ACK). One with another ISN on an established or closed tuple means the
+// ports were reused: the flow starts over in its slot (returns true).
+bool Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now) {
+  Flow& f = flows_->at(idx);
+  Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
+  const bool reused = sender.syn_seen && sender.isn != v.seq &&
+                      (f.state == FlowState::kEstablished || f.state == FlowState::kClosed);
+  if (reused) {
+    Flow fresh;
+    fresh.key = f.key;
+    fresh.created = fresh.last_seen = now;
+    fresh.hash = f.hash;
+    fresh.lru_prev = f.lru_prev;
+    fresh.lru_next = f.lru_next;
+    fresh.cls = f.cls;
+    fresh.in_use = true;
+    f = fresh;
+    reset_flow_state(idx);
+  }
+  learn_syn(sender, v);
+  if (f.state == FlowState::kMidstream) f.state = FlowState::kSynSeen;
+  f.sub_initiated = dir == Direction::kFromSubscriber;
+  flows_->set_class(idx, FlowClass::kTentative);
+  return reused;
+}
+
+// --- Feed the regulators -----------------------------------------------------------------
+
+// The regulators see every segment (SYNs included: handshake timing, ISN, MSS, TS);
+// static and off policies skip them entirely.
+[[gnu::always_inline]] inline void Engine::feed_regulators(uint32_t idx, const PacketView& v,
+                                                           Direction dir, Nanos now) {
   const bool up_fed = feeds_regulator(params_.uplink.policy);
   const bool down_fed = feeds_regulator(params_.downlink.policy);
-  if (up_fed || down_fed) {  // static/off policies skip the regulators entirely
-    if (params_.uplink.policy == Policy::kRsfc && params_.rsfc.per_subscriber &&
-        regs.subscriber == SubscriberTable::kNone) {
-      join_subscriber(idx);
-    }
-    const TcpSegment seg = TcpSegment::from_view(v);
-    if (dir == Direction::kFromSubscriber) {
-      if (up_fed) regs.up.on_uplink_segment(now, seg, params_.rsfc);
-      if (down_fed) regs.down.on_uplink_segment(now, seg, params_.drwa);
-    } else {
-      if (up_fed) regs.up.on_downlink_segment(now, seg, params_.rsfc);
-      if (down_fed) regs.down.on_downlink_segment(now, seg, params_.drwa);
-    }
+  if (!up_fed && !down_fed) return;
+  FlowRegulators& regs = regs_[idx];
+  if (params_.uplink.policy == Policy::kRsfc && params_.rsfc.per_subscriber &&
+      regs.subscriber == SubscriberTable::kNone) {
+    join_subscriber(idx);
   }
+  const TcpSegment seg = TcpSegment::from_view(v);
+  if (dir == Direction::kFromSubscriber) {
+    if (up_fed) regs.up.on_uplink_segment(now, seg, params_.rsfc);
+    if (down_fed) regs.down.on_uplink_segment(now, seg, params_.drwa);
+  } else {
+    if (up_fed) regs.up.on_downlink_segment(now, seg, params_.rsfc);
+    if (down_fed) regs.down.on_downlink_segment(now, seg, params_.drwa);
+  }
+}
 
-  // SYN, SYN-ACK and RST windows are never touched; nor is a segment without an ACK.
-  if (v.syn() || v.rst() || !v.ack_flag()) {
-    count(counters_, dir, Outcome::kPassed);
-    return {};
-  }
+// --- Apply the knob ----------------------------------------------------------------------
+
+// The policy's target for an ACK's window, written under the rewrite rules (window.h); the
+// right edge the ACK leaves with is remembered. SYN, SYN-ACK and RST windows are never
+// touched, nor is a segment without an ACK; nor any window while the scale is unknown.
+[[gnu::always_inline]] inline void Engine::apply_knob(std::span<uint8_t> pkt, PacketView& v,
+                                                      uint32_t idx, Nanos now, PacketMeta meta,
+                                                      PacketResult& r) {
+  if (v.syn() || v.rst() || !v.ack_flag()) return;
+  Flow& f = flows_->at(idx);
   if (!f.scale_known) {
-    count(counters_, dir, Outcome::kUnregulated);
-    return {.outcome = Outcome::kUnregulated, .modified = false};
+    r.outcome = Outcome::kUnregulated;
+    return;
   }
-
-  // --- The knob ---------------------------------------------------------------------
+  const Direction dir = r.direction;
   const uint8_t scale = dir == Direction::kToSubscriber ? f.peer_scale : f.sub_scale;
-  uint64_t target = UINT64_MAX;
+  Endpoint& receiver = dir == Direction::kToSubscriber ? f.sub : f.peer;
+  r.knob_ack = true;
+  r.scale = scale;
+  r.window_in = r.window_out = window_bytes(v.window, scale);
   DecisionRecord rec;
-  bool log = false;
-  // The decision log records the window this ACK leaves with.
-  const auto log_decision = [&](uint16_t raw) {
-    if (!log) return;
-    rec.window_bytes = window_bytes(raw, scale);
-    sink_->on_decision(rec);
-  };
-  switch (knob.policy) {
-    case Policy::kOff:
-      break;
-    case Policy::kObserve:  // runs the estimators for the decision log, never enforces
-    case Policy::kRsfc:
-    case Policy::kDrwa:
-      target = regulator_target(idx, dir, now, rec, log);
-      break;
-    case Policy::kStatic:
-      target = knob.static_window_bytes;
-      break;
-  }
-
-  uint16_t final_raw = v.window;
-  PacketResult result{.outcome = Outcome::kPassed, .modified = false};
-  const bool enforce = knob.policy != Policy::kOff && knob.policy != Policy::kObserve;
-  if (enforce && target != UINT64_MAX) {
-    if (meta.truncated) {
-      log_decision(v.window);
-      count(counters_, dir, Outcome::kTruncatedCopy);
-      return {.outcome = Outcome::kTruncatedCopy, .modified = false};
+  bool log = false;  // a control step ran: the record goes out with the window this ACK gets
+  const uint64_t target = knob_target(idx, dir, now, rec, log);
+  if (enforces(knob_params(dir).policy) && target != UINT64_MAX) {
+    if (meta.truncated) {  // the kernel gave us part of the packet: never modify
+      if (log) emit_decision(rec, v.window, scale);
+      r.outcome = Outcome::kTruncatedCopy;
+      return;
     }
-    const ClampResult c = clamp_window({.raw_window = v.window,
-                                        .scale = scale,
-                                        .ack = v.ack,
-                                        .edge_valid = receiver.edge_valid,
-                                        .edge = receiver.right_edge,
-                                        .target_bytes = target,
-                                        .min_window_bytes = params_.min_window_bytes});
-    const size_t d = static_cast<size_t>(dir);
-    if (c.limit == ClampLimit::kRightEdge) counters_.right_edge_holds[d].add();
-    if (c.limit == ClampLimit::kFloor) counters_.floor_holds[d].add();
-    if (c.changed()) {
-      set_tcp_window(pkt, v, c.raw_window, meta.checksum);
-      if (meta.checksum == ChecksumState::kNotReady) counters_.checksum_full.add();
-      counters_.windows_rewritten[d].add();
-      if (knob.policy == Policy::kRsfc) counters_.rsfc_windows_applied.add();
-      if (knob.policy == Policy::kDrwa) counters_.drwa_windows_applied.add();
-      final_raw = c.raw_window;
-      result = {.outcome = Outcome::kRewritten, .modified = true};
-    }
+    rewrite_window(pkt, v, receiver, scale, target, meta.checksum, r);
+    r.window_out = window_bytes(v.window, scale);
   }
-  log_decision(final_raw);
-  const uint32_t edge = right_edge(v.ack, final_raw, scale);
+  if (log) emit_decision(rec, v.window, scale);
+  const uint32_t edge = right_edge(v.ack, v.window, scale);
   if (!receiver.edge_valid || seq_gt(edge, receiver.right_edge)) {
     receiver.right_edge = edge;
     receiver.edge_valid = true;
   }
-  if (dir == Direction::kToSubscriber && up_fed) {
+  FlowRegulators& regs = regs_[idx];
+  if (dir == Direction::kToSubscriber && feeds_regulator(params_.uplink.policy)) {
     regs.up.on_window_forwarded(now, edge, params_.rsfc);
   }
-  count(counters_, dir, result.outcome);
-  return result;
+}
+
+inline const DirectionParams& Engine::knob_params(Direction dir) const {
+  return dir == Direction::kToSubscriber ? params_.uplink : params_.downlink;
+}
+
+// The window the knob's policy wants for an ACK travelling `dir` (UINT64_MAX = no clamp).
+inline uint64_t Engine::knob_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
+                                    bool& log) {
+  const DirectionParams& knob = knob_params(dir);
+  switch (knob.policy) {
+    case Policy::kOff:
+      return UINT64_MAX;
+    case Policy::kObserve:  // runs the estimators for the decision log, never enforces
+    case Policy::kRsfc:
+    case Policy::kDrwa:
+      return regulator_target(idx, dir, now, rec, log);
+    case Policy::kStatic:
+      return knob.static_window_bytes;
+  }
+  return UINT64_MAX;
+}
+
+// Lowers the ACK's window toward `target` (clamp_window: only lower, not below the floor,
+// never pulling back the right edge already advertised, rounded up to the scale) and fixes
+// the checksum; counts what held the clamp.
+inline void Engine::rewrite_window(std::span<uint8_t> pkt, PacketView& v, const Endpoint& receiver,
+                                   uint8_t scale, uint64_t target, ChecksumState checksum,
+                                   PacketResult& r) {
+  const ClampResult c = clamp_window({.raw_window = v.window,
+                                      .scale = scale,
+                                      .ack = v.ack,
+                                      .edge_valid = receiver.edge_valid,
+                                      .edge = receiver.right_edge,
+                                      .target_bytes = target,
+                                      .min_window_bytes = params_.min_window_bytes});
+  const size_t d = static_cast<size_t>(r.direction);
+  if (c.limit == ClampLimit::kRightEdge) counters_.right_edge_holds[d].add();
+  if (c.limit == ClampLimit::kFloor) counters_.floor_holds[d].add();
+  if (!c.changed()) return;
+  set_tcp_window(pkt, v, c.raw_window, checksum);  // v.window is now what goes out
+  if (checksum == ChecksumState::kNotReady) counters_.checksum_full.add();
+  counters_.windows_rewritten[d].add();
+  const Policy policy = knob_params(r.direction).policy;
+  if (policy == Policy::kRsfc) counters_.rsfc_windows_applied.add();
+  if (policy == Policy::kDrwa) counters_.drwa_windows_applied.add();
+  r.outcome = Outcome::kRewritten;
+  r.modified = true;
+}
+
+// The decision log records the window the ACK leaves with.
+void Engine::emit_decision(DecisionRecord& rec, uint16_t raw, uint8_t scale) {
+  rec.window_bytes = window_bytes(raw, scale);
+  sink_->on_decision(rec);
 }
 
 // Attaches the flow's uplink regulator to its subscriber's shared state (SubscriberUplink):
@@ -379,77 +480,72 @@ void Engine::join_subscriber(uint32_t idx) {
   counters_.rsfc_subscribers.set(subscribers_->size());
 }
 
+// The regulator's target for the flow's knob in `dir` (UINT64_MAX = no clamp). When a
+// control step ran and a sink is set, fills `rec` (all but window_bytes) and sets `log`.
 uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
                                   bool& log) {
   FlowRegulators& r = regs_[idx];
-  const Flow& f = flows_->at(idx);
-  WindowDecision d;
-  if (dir == Direction::kToSubscriber) {
-    d = r.up.target_window(now, params_.rsfc);
-    const UplinkRegulator& u = r.up;
-    // Per-state gauge and once-per-flow health counters.
-    if (!r.in_state_gauge || r.counted_state != u.state()) {
-      leave_state_gauge(idx);
-      r.counted_state = u.state();
-      Counter& c = counters_.rsfc_flows_in_state[static_cast<size_t>(u.state())];
-      c.set(c.get() + 1);
-      r.in_state_gauge = true;
-    }
-    if (u.path_rebaselines() != r.counted_path_rebaselines) {
-      counters_.rsfc_path_rebaselines.add(u.path_rebaselines() - r.counted_path_rebaselines);
-      r.counted_path_rebaselines = u.path_rebaselines();
-    }
-    if (!r.counted_tick && u.tick_estimated()) {
-      r.counted_tick = true;
-      counters_.rsfc_tick_estimates.add();
-    }
-    // Regulated: rsfc enforces the clamp (observe only estimates; static needs no timestamps
-    // and never runs this controller).
-    if (!r.counted_no_ts && params_.uplink.policy == Policy::kRsfc && !u.timestamps() &&
-        d.window != kNoClamp) {
-      r.counted_no_ts = true;
-      counters_.flows_no_timestamps.add();
-    }
-    if (d.stepped && sink_) {
-      rec.knob = "uplink";
-      rec.state = u.state_name();
-      rec.tick_ms = u.tick_ms();
-      rec.t_buff_ms = u.t_buff() ? static_cast<double>(*u.t_buff()) / 1e6 : kUnknown;
-      rec.rate_bps = u.rate() * 8;  // bytes/s -> bits/s
-      rec.rtt_min_ms = u.rtt_min() ? static_cast<double>(*u.rtt_min()) / 1e6 : kUnknown;
-      rec.rtt_ms = u.rtt_used() ? static_cast<double>(*u.rtt_used()) / 1e6 : kUnknown;
-      rec.timestamps = u.timestamps();
-    }
-  } else {
-    d = r.down.target_window(now, params_.drwa);
-    const DownlinkRegulator& dr = r.down;
-    if (d.stepped && sink_) {
-      rec.knob = "downlink";
-      rec.state = "drwa";
-      rec.rate_bps = dr.rate() * 8;
-      rec.rtt_min_ms = dr.rtt_min() ? static_cast<double>(*dr.rtt_min()) / 1e6 : kUnknown;
-      rec.rtt_ms = dr.rtt_est() ? static_cast<double>(*dr.rtt_est()) / 1e6 : kUnknown;
-      rec.timestamps = dr.timestamps();
-    }
-  }
+  const bool up = dir == Direction::kToSubscriber;
+  const WindowDecision d =
+      up ? r.up.target_window(now, params_.rsfc) : r.down.target_window(now, params_.drwa);
+  if (up) count_uplink_health(idx, d.window != kNoClamp);
   const uint64_t target = d.window == kNoClamp ? UINT64_MAX : d.window;
   if (d.stepped && sink_) {
-    rec.time = now;
-    IpAddr sub, peer;
-    sub.family = peer.family = f.key.family;
-    sub.bytes = f.key.sub_addr;
-    peer.bytes = f.key.peer_addr;
-    rec.subscriber = sub;
-    rec.peer = peer;
-    rec.subscriber_port = f.key.sub_port;
-    rec.peer_port = f.key.peer_port;
-    rec.target_bytes =
-        target == UINT64_MAX ? 0 : std::max<uint64_t>(target, params_.min_window_bytes);
-    rec.enforced = (dir == Direction::kToSubscriber ? params_.uplink : params_.downlink).policy !=
-                   Policy::kObserve;
-    log = true;  // process() adds the window advertised and emits it
+    if (up) {
+      describe_uplink(rec, r.up);
+    } else {
+      describe_downlink(rec, r.down);
+    }
+    describe_flow(rec, idx, dir, now, target);
+    log = true;  // apply_knob adds the window advertised and emits it
   }
   return target;
+}
+
+// The uplink controller's per-state gauge and once-per-flow health counters.
+void Engine::count_uplink_health(uint32_t idx, bool clamps) {
+  FlowRegulators& r = regs_[idx];
+  const UplinkRegulator& u = r.up;
+  if (!r.in_state_gauge || r.counted_state != u.state()) {
+    leave_state_gauge(idx);
+    r.counted_state = u.state();
+    Counter& c = counters_.rsfc_flows_in_state[static_cast<size_t>(u.state())];
+    c.set(c.get() + 1);
+    r.in_state_gauge = true;
+  }
+  if (u.path_rebaselines() != r.counted_path_rebaselines) {
+    counters_.rsfc_path_rebaselines.add(u.path_rebaselines() - r.counted_path_rebaselines);
+    r.counted_path_rebaselines = u.path_rebaselines();
+  }
+  if (!r.counted_tick && u.tick_estimated()) {
+    r.counted_tick = true;
+    counters_.rsfc_tick_estimates.add();
+  }
+  // Regulated: rsfc enforces the clamp (observe only estimates; static needs no timestamps
+  // and never runs this controller).
+  if (!r.counted_no_ts && params_.uplink.policy == Policy::kRsfc && !u.timestamps() && clamps) {
+    r.counted_no_ts = true;
+    counters_.flows_no_timestamps.add();
+  }
+}
+
+// The record's flow, time and target.
+void Engine::describe_flow(DecisionRecord& rec, uint32_t idx, Direction dir, Nanos now,
+                           uint64_t target) const {
+  const Flow& f = flows_->at(idx);
+  rec.time = now;
+  rec.flow = idx;
+  IpAddr sub, peer;
+  sub.family = peer.family = f.key.family;
+  sub.bytes = f.key.sub_addr;
+  peer.bytes = f.key.peer_addr;
+  rec.subscriber = sub;
+  rec.peer = peer;
+  rec.subscriber_port = f.key.sub_port;
+  rec.peer_port = f.key.peer_port;
+  rec.target_bytes =
+      target == UINT64_MAX ? 0 : std::max<uint64_t>(target, params_.min_window_bytes);
+  rec.enforced = knob_params(dir).policy != Policy::kObserve;
 }
 
 void Engine::expire(Nanos now) {

@@ -2,7 +2,6 @@
 
 #include <charconv>
 #include <cstdio>
-#include <functional>
 
 #include "rsfc/core/rsfc_controller.h"
 
@@ -117,22 +116,101 @@ std::string qlabel(uint16_t q) {
   return label("queue", std::to_string(q));
 }
 
-using CoreGetter = std::function<uint64_t(const CoreCounters&)>;
-using IoGetter = std::function<uint64_t(const QueueCounters&)>;
+// A family with one sample per queue, read from one counter of the core or of the shell.
+template <typename Counters>
+struct QueueFamily {
+  const char* name;
+  const char* type;
+  const char* help;
+  Counter Counters::*counter;
+};
 
-void core_family(Writer& w, const std::vector<QueueMetricsView>& qs, const char* name,
-                 const char* type, const char* help, const CoreGetter& get) {
-  w.family(name, type, help);
-  for (const auto& q : qs) {
-    if (q.core != nullptr) w.sample(name, qlabel(q.queue), get(*q.core));
-  }
-}
+// Core counters per queue.
+constexpr QueueFamily<CoreCounters> kFlowFamilies[] = {
+    {"rsfcd_checksum_full_total", "counter",
+     "Full TCP checksums computed (checksum not ready in the kernel).",
+     &CoreCounters::checksum_full},
+    {"rsfcd_flows_active", "gauge", "Flows tracked now.", &CoreCounters::flows_active},
+    {"rsfcd_flows_created_total", "counter", "Flows created.", &CoreCounters::flows_created},
+    {"rsfcd_flows_evicted_total", "counter",
+     "Flows evicted to make room for new ones (table full).", &CoreCounters::flows_evicted},
+    {"rsfcd_flows_expired_total", "counter", "Flows expired by a timeout.",
+     &CoreCounters::flows_expired},
+    {"rsfcd_flows_closed_total", "counter", "Flows closed (FIN/RST both ways).",
+     &CoreCounters::flows_closed},
+    {"rsfcd_flows_unregulated_total", "counter",
+     "Flows first seen without their handshake (window scale unknown).",
+     &CoreCounters::flows_unregulated},
+    {"rsfcd_flows_no_timestamps_total", "counter",
+     "Flows regulated by rsfc (uplink) without TCP timestamps; observe, static and drwa "
+     "flows are not counted.",
+     &CoreCounters::flows_no_timestamps},
+    {"rsfcd_flows_table_full_total", "counter", "New flows refused because eviction found nothing.",
+     &CoreCounters::flows_table_full},
+};
 
-void io_family(Writer& w, const std::vector<QueueMetricsView>& qs, const char* name,
-               const char* type, const char* help, const IoGetter& get) {
-  w.family(name, type, help);
-  for (const auto& q : qs) {
-    if (q.io != nullptr) w.sample(name, qlabel(q.queue), get(*q.io));
+// After the per-state gauge rsfcd_rsfc_flows.
+constexpr QueueFamily<CoreCounters> kRegulatorFamilies[] = {
+    {"rsfcd_rsfc_windows_applied_total", "counter", "Windows applied by the RSFC controller.",
+     &CoreCounters::rsfc_windows_applied},
+    {"rsfcd_rsfc_tick_estimates_total", "counter",
+     "Flows whose timestamp granularity has been estimated.", &CoreCounters::rsfc_tick_estimates},
+    {"rsfcd_rsfc_subscribers", "gauge",
+     "Subscriber addresses whose rsfc-regulated flows share one uplink state now.",
+     &CoreCounters::rsfc_subscribers},
+    {"rsfcd_rsfc_subscribers_created_total", "counter",
+     "Subscriber entries created for rsfc's shared state (a subscriber's first flow).",
+     &CoreCounters::rsfc_subscribers_created},
+    {"rsfcd_rsfc_path_rebaselines_total", "counter",
+     "Times a flow's minimum uplink delay was raised because a scheduled drain showed "
+     "a longer path (route change, handover), not a queue.",
+     &CoreCounters::rsfc_path_rebaselines},
+    {"rsfcd_drwa_windows_applied_total", "counter", "Windows applied by DRWA.",
+     &CoreCounters::drwa_windows_applied},
+};
+
+// The I/O shell's counters per queue.
+constexpr QueueFamily<QueueCounters> kQueueFamilies[] = {
+    {"rsfcd_queue_packets_received_total", "counter", "Packets received from the NFQUEUE socket.",
+     &QueueCounters::packets_received},
+    {"rsfcd_queue_verdicts_total", "counter", "Verdicts sent to the kernel.",
+     &QueueCounters::verdicts_sent},
+    {"rsfcd_queue_verdicts_with_payload_total", "counter",
+     "Verdicts that carried a modified packet.", &QueueCounters::verdicts_with_payload},
+    {"rsfcd_queue_batches_total", "counter", "Receive batches (wakeups that returned packets).",
+     &QueueCounters::batches},
+    {"rsfcd_queue_recv_errors_total", "counter",
+     "Receive errors (socket errors, malformed messages).", &QueueCounters::recv_errors},
+    {"rsfcd_queue_overruns_total", "counter",
+     "Packets the kernel could not deliver to rsfcd (socket buffer full); with "
+     "fail-open the kernel accepted them unprocessed.",
+     &QueueCounters::overruns},
+    {"rsfcd_queue_send_errors_total", "counter", "Verdict send failures and kernel error replies.",
+     &QueueCounters::send_errors},
+    {"rsfcd_queue_gso_packets_total", "counter", "GSO packets received.",
+     &QueueCounters::gso_packets},
+    {"rsfcd_kernel_queue_dropped_total", "counter",
+     "Kernel: packets dropped because the queue was full (nfnetlink_queue).",
+     &QueueCounters::kernel_queue_dropped},
+    {"rsfcd_kernel_queue_user_dropped_total", "counter",
+     "Kernel: packets dropped because delivery to rsfcd failed (nfnetlink_queue).",
+     &QueueCounters::kernel_queue_user_dropped},
+    {"rsfcd_kernel_queue_waiting", "gauge",
+     "Kernel: packets waiting for a verdict now (nfnetlink_queue queue_total).",
+     &QueueCounters::kernel_queue_total},
+};
+
+// One sample per queue whose `source` counters exist (the core or the shell of a queue that
+// is not running is left out).
+template <typename Counters, size_t N>
+void queue_families(Writer& w, const std::vector<QueueMetricsView>& qs,
+                    const Counters* QueueMetricsView::*source,
+                    const QueueFamily<Counters> (&families)[N]) {
+  for (const QueueFamily<Counters>& f : families) {
+    w.family(f.name, f.type, f.help);
+    for (const auto& q : qs) {
+      if (q.*source != nullptr) w.sample(f.name, qlabel(q.queue), ((q.*source)->*f.counter).get());
+    }
   }
 }
 
@@ -149,19 +227,10 @@ void per_direction(Writer& w, const std::vector<QueueMetricsView>& qs, const cha
   }
 }
 
-}  // namespace
-
-std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::string_view version) {
-  std::string out;
-  out.reserve(16384);
-  Writer w(out);
-
-  w.family("rsfcd_build_info", "gauge", "Build information (value is always 1).");
-  w.sample("rsfcd_build_info", label("version", version), uint64_t{1});
-
-  // Packets by direction and outcome. Packets whose direction is unknown (not parsed, or
-  // not between a subscriber and a peer) are counted by the core without an outcome
-  // breakdown: their outcome is derived from the parse error counters.
+// Packets by direction and outcome. Packets whose direction is unknown (not parsed, or not
+// between a subscriber and a peer) are counted by the core without an outcome breakdown:
+// their outcome is derived from the parse error counters.
+void packet_families(Writer& w, const std::vector<QueueMetricsView>& qs) {
   w.family("rsfcd_packets_total", "counter",
            "Packets processed, by direction and outcome (exactly one outcome per packet).");
   for (const auto& q : qs) {
@@ -184,7 +253,6 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
              qlabel(q.queue) + ",direction=\"unknown\",outcome=\"not_subscriber\"",
              unknown > unparsed ? unknown - unparsed : uint64_t{0});
   }
-
   w.family("rsfcd_parse_errors_total", "counter",
            "Packets passed unchanged because they were not a TCP segment rsfcd may touch.");
   for (const auto& q : qs) {
@@ -195,7 +263,10 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
                q.core->parse_errors[e].get());
     }
   }
+}
 
+// Windows lowered, and what held a clamp.
+void clamp_families(Writer& w, const std::vector<QueueMetricsView>& qs) {
   per_direction(w, qs, "rsfcd_windows_rewritten_total", "ACKs whose window was lowered.",
                 &CoreCounters::windows_rewritten);
   per_direction(w, qs, "rsfcd_right_edge_holds_total",
@@ -203,32 +274,9 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
                 &CoreCounters::right_edge_holds);
   per_direction(w, qs, "rsfcd_floor_holds_total", "Clamps limited by min_window_bytes.",
                 &CoreCounters::floor_holds);
+}
 
-  core_family(w, qs, "rsfcd_checksum_full_total", "counter",
-              "Full TCP checksums computed (checksum not ready in the kernel).",
-              [](const CoreCounters& c) { return c.checksum_full.get(); });
-  core_family(w, qs, "rsfcd_flows_active", "gauge", "Flows tracked now.",
-              [](const CoreCounters& c) { return c.flows_active.get(); });
-  core_family(w, qs, "rsfcd_flows_created_total", "counter", "Flows created.",
-              [](const CoreCounters& c) { return c.flows_created.get(); });
-  core_family(w, qs, "rsfcd_flows_evicted_total", "counter",
-              "Flows evicted to make room for new ones (table full).",
-              [](const CoreCounters& c) { return c.flows_evicted.get(); });
-  core_family(w, qs, "rsfcd_flows_expired_total", "counter", "Flows expired by a timeout.",
-              [](const CoreCounters& c) { return c.flows_expired.get(); });
-  core_family(w, qs, "rsfcd_flows_closed_total", "counter", "Flows closed (FIN/RST both ways).",
-              [](const CoreCounters& c) { return c.flows_closed.get(); });
-  core_family(w, qs, "rsfcd_flows_unregulated_total", "counter",
-              "Flows first seen without their handshake (window scale unknown).",
-              [](const CoreCounters& c) { return c.flows_unregulated.get(); });
-  core_family(w, qs, "rsfcd_flows_no_timestamps_total", "counter",
-              "Flows regulated by rsfc (uplink) without TCP timestamps; observe, static and drwa "
-              "flows are not counted.",
-              [](const CoreCounters& c) { return c.flows_no_timestamps.get(); });
-  core_family(w, qs, "rsfcd_flows_table_full_total", "counter",
-              "New flows refused because eviction found nothing.",
-              [](const CoreCounters& c) { return c.flows_table_full.get(); });
-
+void rsfc_state_family(Writer& w, const std::vector<QueueMetricsView>& qs) {
   static_assert(kRsfcStates == std::tuple_size_v<decltype(CoreCounters::rsfc_flows_in_state)>);
   w.family("rsfcd_rsfc_flows", "gauge", "Flows per RSFC controller state.");
   for (const auto& q : qs) {
@@ -239,58 +287,9 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
                q.core->rsfc_flows_in_state[s].get());
     }
   }
-  core_family(w, qs, "rsfcd_rsfc_windows_applied_total", "counter",
-              "Windows applied by the RSFC controller.",
-              [](const CoreCounters& c) { return c.rsfc_windows_applied.get(); });
-  core_family(w, qs, "rsfcd_rsfc_tick_estimates_total", "counter",
-              "Flows whose timestamp granularity has been estimated.",
-              [](const CoreCounters& c) { return c.rsfc_tick_estimates.get(); });
-  core_family(w, qs, "rsfcd_rsfc_subscribers", "gauge",
-              "Subscriber addresses whose rsfc-regulated flows share one uplink state now.",
-              [](const CoreCounters& c) { return c.rsfc_subscribers.get(); });
-  core_family(w, qs, "rsfcd_rsfc_subscribers_created_total", "counter",
-              "Subscriber entries created for rsfc's shared state (a subscriber's first flow).",
-              [](const CoreCounters& c) { return c.rsfc_subscribers_created.get(); });
-  core_family(w, qs, "rsfcd_rsfc_path_rebaselines_total", "counter",
-              "Times a flow's minimum uplink delay was raised because a scheduled drain showed "
-              "a longer path (route change, handover), not a queue.",
-              [](const CoreCounters& c) { return c.rsfc_path_rebaselines.get(); });
-  core_family(w, qs, "rsfcd_drwa_windows_applied_total", "counter", "Windows applied by DRWA.",
-              [](const CoreCounters& c) { return c.drwa_windows_applied.get(); });
+}
 
-  io_family(w, qs, "rsfcd_queue_packets_received_total", "counter",
-            "Packets received from the NFQUEUE socket.",
-            [](const QueueCounters& c) { return c.packets_received.get(); });
-  io_family(w, qs, "rsfcd_queue_verdicts_total", "counter", "Verdicts sent to the kernel.",
-            [](const QueueCounters& c) { return c.verdicts_sent.get(); });
-  io_family(w, qs, "rsfcd_queue_verdicts_with_payload_total", "counter",
-            "Verdicts that carried a modified packet.",
-            [](const QueueCounters& c) { return c.verdicts_with_payload.get(); });
-  io_family(w, qs, "rsfcd_queue_batches_total", "counter",
-            "Receive batches (wakeups that returned packets).",
-            [](const QueueCounters& c) { return c.batches.get(); });
-  io_family(w, qs, "rsfcd_queue_recv_errors_total", "counter",
-            "Receive errors (socket errors, malformed messages).",
-            [](const QueueCounters& c) { return c.recv_errors.get(); });
-  io_family(w, qs, "rsfcd_queue_overruns_total", "counter",
-            "Packets the kernel could not deliver to rsfcd (socket buffer full); with "
-            "fail-open the kernel accepted them unprocessed.",
-            [](const QueueCounters& c) { return c.overruns.get(); });
-  io_family(w, qs, "rsfcd_queue_send_errors_total", "counter",
-            "Verdict send failures and kernel error replies.",
-            [](const QueueCounters& c) { return c.send_errors.get(); });
-  io_family(w, qs, "rsfcd_queue_gso_packets_total", "counter", "GSO packets received.",
-            [](const QueueCounters& c) { return c.gso_packets.get(); });
-  io_family(w, qs, "rsfcd_kernel_queue_dropped_total", "counter",
-            "Kernel: packets dropped because the queue was full (nfnetlink_queue).",
-            [](const QueueCounters& c) { return c.kernel_queue_dropped.get(); });
-  io_family(w, qs, "rsfcd_kernel_queue_user_dropped_total", "counter",
-            "Kernel: packets dropped because delivery to rsfcd failed (nfnetlink_queue).",
-            [](const QueueCounters& c) { return c.kernel_queue_user_dropped.get(); });
-  io_family(w, qs, "rsfcd_kernel_queue_waiting", "gauge",
-            "Kernel: packets waiting for a verdict now (nfnetlink_queue queue_total).",
-            [](const QueueCounters& c) { return c.kernel_queue_total.get(); });
-
+void processing_time_family(Writer& w, const std::vector<QueueMetricsView>& qs) {
   const char* h = "rsfcd_packet_processing_seconds";
   w.family(h, "histogram", "Time per packet from parse to verdict built.");
   for (const auto& q : qs) {
@@ -316,6 +315,23 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
     // even while the worker keeps counting.
     w.sample("rsfcd_packet_processing_seconds_count", ql, cum);
   }
+}
+
+}  // namespace
+
+std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::string_view version) {
+  std::string out;
+  out.reserve(16384);
+  Writer w(out);
+  w.family("rsfcd_build_info", "gauge", "Build information (value is always 1).");
+  w.sample("rsfcd_build_info", label("version", version), uint64_t{1});
+  packet_families(w, qs);
+  clamp_families(w, qs);
+  queue_families(w, qs, &QueueMetricsView::core, kFlowFamilies);
+  rsfc_state_family(w, qs);
+  queue_families(w, qs, &QueueMetricsView::core, kRegulatorFamilies);
+  queue_families(w, qs, &QueueMetricsView::io, kQueueFamilies);
+  processing_time_family(w, qs);
   return out;
 }
 

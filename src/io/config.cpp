@@ -36,14 +36,13 @@
 
 #include "rsfc/core/engine.h"
 #include "rsfc/core/flow_table.h"
+#include "rsfc/core/window.h"
 
 namespace rsfc {
 namespace {
 
-// The largest window TCP can advertise: 65535 << 14 (RFC 7323 caps the shift at 14).
-constexpr uint64_t kMaxWindowBytes = 65535ULL << 14;
-// min_window_bytes floor: 2 segments of the smallest default MSS (RFC 1122: 536).
-constexpr uint64_t kMinWindowFloor = 2 * 536;
+// Window limits (the largest window TCP can advertise, the min_window_bytes floor) are the
+// core's: kMaxWindowBytes and kMinWindowFloor in rsfc/core/window.h.
 constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
 constexpr size_t kMaxFileBytes = 1 << 20;
 

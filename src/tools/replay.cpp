@@ -11,17 +11,11 @@ namespace rsfc::replay {
 
 namespace {
 
-constexpr uint32_t kMinStaticWindow = 1072;        // as the config accepts
-constexpr uint32_t kMaxStaticWindow = 1073725440;  // 65535 << 14
 constexpr size_t kTo = static_cast<size_t>(Direction::kToSubscriber);
 constexpr size_t kFrom = static_cast<size_t>(Direction::kFromSubscriber);
 
 bool enforces(Policy p) {
   return p == Policy::kStatic || p == Policy::kRsfc || p == Policy::kDrwa;
-}
-
-bool in_any(const std::vector<Prefix>& nets, const IpAddr& a) {
-  return std::any_of(nets.begin(), nets.end(), [&](const Prefix& p) { return p.contains(a); });
 }
 
 std::string policy_text(const DirectionParams& d) {
@@ -47,7 +41,7 @@ void put_str(std::string& o, std::string_view s) {
   }
   o += '"';
 }
-void put_key(std::string& o, const char* k) {
+void put_key(std::string& o, std::string_view k) {
   if (!o.empty() && o.back() != '{' && o.back() != '\n' && o.back() != ' ') o += ',';
   put_str(o, k);
   o += ':';
@@ -76,39 +70,18 @@ void put_opt(std::string& o, std::optional<double> v, const char* fmt) {
   else
     o += "null";
 }
-void kv(std::string& o, const char* k, std::string_view s) {
+void kv(std::string& o, std::string_view k, std::string_view s) {
   put_key(o, k);
   put_str(o, s);
 }
-void kv(std::string& o, const char* k, uint64_t v) {
+void kv(std::string& o, std::string_view k, uint64_t v) {
   put_key(o, k);
   put_uint(o, v);
 }
-void kv_num(std::string& o, const char* k, double v, const char* fmt) {
+void kv_num(std::string& o, std::string_view k, double v, const char* fmt) {
   put_key(o, k);
   put_num(o, v, fmt);
 }
-// A measurement where a sentinel means "unknown": written as null.
-void kv_known(std::string& o, const char* k, double v, bool known, const char* fmt) {
-  put_key(o, k);
-  if (known)
-    put_num(o, v, fmt);
-  else
-    o += "null";
-}
-
-void append_key(std::string& key, uint8_t family, const IpAddr& sub, const IpAddr& peer,
-                uint16_t sport, uint16_t pport) {
-  key.clear();
-  key += static_cast<char>(family);
-  key.append(reinterpret_cast<const char*>(sub.bytes.data()), sub.bytes.size());
-  key.append(reinterpret_cast<const char*>(peer.bytes.data()), peer.bytes.size());
-  key += static_cast<char>(sport >> 8);
-  key += static_cast<char>(sport & 0xff);
-  key += static_cast<char>(pport >> 8);
-  key += static_cast<char>(pport & 0xff);
-}
-
 }  // namespace
 
 // ---- arguments -------------------------------------------------------------------------
@@ -135,10 +108,9 @@ Expected<DirectionParams> parse_policy(std::string_view arg, bool uplink,
       return Error::msg(std::string(knob) + " policy " + std::string(arg) +
                         ": static:N needs N as a plain decimal byte count");
     }
-    if (n < kMinStaticWindow || n > kMaxStaticWindow) {
+    if (n < kMinWindowFloor || n > kMaxWindowBytes) {  // as the config accepts
       return Error::msg(std::string(knob) + " policy " + std::string(arg) + ": N must be " +
-                        std::to_string(kMinStaticWindow) + " .. " +
-                        std::to_string(kMaxStaticWindow));
+                        std::to_string(kMinWindowFloor) + " .. " + std::to_string(kMaxWindowBytes));
     }
     if (n < min_window_bytes) {
       return Error::msg(std::string(knob) + " policy " + std::string(arg) +
@@ -249,7 +221,7 @@ class Replayer::Sink final : public DecisionSink {
 };
 
 Replayer::Replayer(uint32_t flows_max, const EngineParams& params, std::ostream* lines)
-    : engine_(flows_max, params), params_(params), lines_(lines) {
+    : engine_(flows_max, params), lines_(lines) {
   sink_ = std::make_unique<Sink>(*this);
   engine_.set_decision_sink(sink_.get());
   s_.knobs[kTo].params = params.uplink;
@@ -293,120 +265,67 @@ void Replayer::feed_ip(std::span<const uint8_t> ip, Nanos now, bool truncated) {
   }
   ++s_.packets_to_engine;
   work_.assign(ip.begin(), ip.end());
-  PacketView v;
-  const ParseError pe = parse_packet(work_, v);
   const PacketResult res = engine_.process(work_, now, {.truncated = truncated});
   ++s_.outcomes[static_cast<size_t>(res.outcome)];
-  if (pe != ParseError::kNone || res.outcome == Outcome::kNotSubscriber ||
-      res.outcome == Outcome::kUnparsed) {
-    return;
-  }
-  const bool dst_sub = in_any(params_.subscriber_networks, v.dst);
-  const Direction dir = dst_sub ? Direction::kToSubscriber : Direction::kFromSubscriber;
-  FlowBook* f = book_for(v, dir, now);
-  if (f == nullptr) return;
-  const auto d = static_cast<size_t>(dir);
-  f->last = now;
-  ++f->packets[d];
-  f->payload_bytes[d] += v.payload_len;
-
-  FlowBook::Syn& own = dir == Direction::kFromSubscriber ? f->sub_syn : f->peer_syn;
-  const FlowBook::Syn& other = dir == Direction::kFromSubscriber ? f->peer_syn : f->sub_syn;
-  if (v.syn()) {
-    own = {.seen = true, .wscale_option = v.opts.has_wscale, .wscale = v.opts.wscale, .isn = v.seq};
-    if (!v.ack_flag()) {
-      if (!f->subscriber_initiated) f->subscriber_initiated = dir == Direction::kFromSubscriber;
-    } else if (other.seen) {
-      f->synack_seen = true;
-    }
-    return;  // SYNs are never touched
-  }
-  f->non_syn_seen = true;
-  if (res.outcome == Outcome::kUnregulated) {
-    ++f->unregulated_packets;
-    return;
-  }
-  if (v.rst() || !v.ack_flag()) return;
-  ++f->regulated_acks;
-  const DirectionParams& knob = dir == Direction::kToSubscriber ? params_.uplink : params_.downlink;
-  if (knob.policy == Policy::kOff) return;
-  KnobBook& k = f->knob[d];
-  ++k.acks;
-  if (res.outcome == Outcome::kRewritten) ++k.acks_rewritten;
-  if (f->synack_seen && f->sub_syn.seen && f->peer_syn.seen) {
-    const bool both = f->sub_syn.wscale_option && f->peer_syn.wscale_option;
-    const uint8_t scale = both ? effective_scale(own.wscale) : uint8_t{0};
-    k.advertised.add(window_bytes(v.window, scale));
-    uint16_t raw = v.window;
-    if (res.modified) {  // read back what the engine wrote
-      const size_t at = size_t{v.tcp_offset} + 14;
-      raw = static_cast<uint16_t>(work_[at] << 8 | work_[at + 1]);
-    }
-    k.applied.add(window_bytes(raw, scale));
-  }
+  if (res.flow == kNoFlow) return;  // no flow tracks it: nothing to book
+  account(book_of(res, now), res, now);
 }
 
-FlowBook* Replayer::book_for(const PacketView& v, Direction dir, Nanos now) {
-  const bool to_sub = dir == Direction::kToSubscriber;
-  const IpAddr& sub = to_sub ? v.dst : v.src;
-  const IpAddr& peer = to_sub ? v.src : v.dst;
-  const uint16_t sport = to_sub ? v.dport : v.sport;
-  const uint16_t pport = to_sub ? v.sport : v.dport;
-  append_key(key_, v.ip_version, sub, peer, sport, pport);
-  auto it = index_.find(key_);
-  if (it != index_.end()) {
-    FlowBook& f = flows_[it->second];
-    const FlowBook::Syn& own = to_sub ? f.peer_syn : f.sub_syn;
-    // A fresh SYN after the connection went on: the 4-tuple was reused, a new flow.
-    const bool reused =
-        v.syn() && !v.ack_flag() && f.non_syn_seen && (!own.seen || own.isn != v.seq);
-    if (!reused) return &f;
-  } else if (v.rst()) {
-    return nullptr;  // the engine does not track a flow on a stray RST either
+// The book of the packet's flow: a new one when the engine started a flow (its first
+// packet, a SYN on reused ports, or a flow again after the engine dropped it).
+FlowBook& Replayer::book_of(const PacketResult& res, Nanos now) {
+  if (res.flow >= book_of_slot_.size()) book_of_slot_.resize(res.flow + 1, kNoBook);
+  size_t& b = book_of_slot_[res.flow];
+  if (res.new_flow || b == kNoBook) {
+    const FlowKey& k = engine_.flow(res.flow).key;
+    FlowBook nf;
+    nf.subscriber.family = nf.peer.family = k.family;
+    nf.subscriber.bytes = k.sub_addr;
+    nf.peer.bytes = k.peer_addr;
+    nf.subscriber_port = k.sub_port;
+    nf.peer_port = k.peer_port;
+    nf.engine_flow = res.flow;
+    nf.first = nf.last = now;
+    b = flows_.size();
+    flows_.push_back(std::move(nf));
   }
-  FlowBook nf;
-  nf.family = v.ip_version;
-  nf.subscriber = sub;
-  nf.peer = peer;
-  nf.subscriber_port = sport;
-  nf.peer_port = pport;
-  nf.first = nf.last = now;
-  flows_.push_back(std::move(nf));
-  index_[key_] = flows_.size() - 1;
-  return &flows_.back();
+  return flows_[b];
+}
+
+// Books one packet as the engine saw it.
+void Replayer::account(FlowBook& f, const PacketResult& res, Nanos now) {
+  const Flow& ef = engine_.flow(res.flow);
+  const auto d = static_cast<size_t>(res.direction);
+  f.last = now;
+  ++f.packets[d];
+  f.payload_bytes[kTo] = ef.bytes_to_sub;
+  f.payload_bytes[kFrom] = ef.bytes_from_sub;
+  // Who opened is known once a SYN or SYN-ACK went by.
+  if (ef.sub.syn_seen || ef.peer.syn_seen) f.subscriber_initiated = ef.sub_initiated;
+  if (res.outcome == Outcome::kUnregulated) ++f.unregulated_packets;
+  if (!res.knob_ack) return;
+  ++f.regulated_acks;
+  const EngineParams& p = engine_.params();
+  if ((d == kTo ? p.uplink : p.downlink).policy == Policy::kOff) return;
+  KnobBook& k = f.knob[d];
+  ++k.acks;
+  if (res.outcome == Outcome::kRewritten) ++k.acks_rewritten;
+  k.advertised.add(res.window_in);
+  k.applied.add(res.window_out);
 }
 
 void Replayer::on_decision(const DecisionRecord& r) {
   ++s_.decision_records;
   ++s_.decision_states[r.state != nullptr ? r.state : ""];
-  append_key(key_, r.subscriber.family, r.subscriber, r.peer, r.subscriber_port, r.peer_port);
-  if (auto it = index_.find(key_); it != index_.end()) {
-    FlowBook& f = flows_[it->second];
+  if (r.flow < book_of_slot_.size() && book_of_slot_[r.flow] != kNoBook) {
+    FlowBook& f = flows_[book_of_slot_[r.flow]];
     ++f.decisions;
     if (r.t_buff_ms >= 0 && std::isfinite(r.t_buff_ms)) f.t_buff_ms.push_back(r.t_buff_ms);
   }
   if (lines_ == nullptr) return;
-  std::string& o = line_;
-  o.assign("{");
-  kv(o, "type", "decision");
-  kv_num(o, "time_s", rel_seconds(r.time), "%.6f");
-  kv(o, "subscriber", r.subscriber.to_string());
-  kv(o, "subscriber_port", r.subscriber_port);
-  kv(o, "peer", r.peer.to_string());
-  kv(o, "peer_port", r.peer_port);
-  kv(o, "knob", r.knob != nullptr ? r.knob : "");
-  kv(o, "state", r.state != nullptr ? r.state : "");
-  kv_known(o, "tick_ms", r.tick_ms, r.tick_ms > 0, "%.3f");
-  kv_known(o, "t_buff_ms", r.t_buff_ms, r.t_buff_ms >= 0, "%.3f");
-  kv_num(o, "rate_bps", r.rate_bps, "%.0f");
-  kv_known(o, "rtt_min_ms", r.rtt_min_ms, r.rtt_min_ms >= 0, "%.3f");
-  kv_known(o, "rtt_ms", r.rtt_ms, r.rtt_ms >= 0, "%.3f");
-  kv(o, "window_bytes", r.window_bytes);
-  kv(o, "target_bytes", r.target_bytes);
-  put_key(o, "timestamps");
-  o += r.timestamps ? "true" : "false";
-  o += "}\n";
-  lines_->write(o.data(), static_cast<std::streamsize>(o.size()));
+  const size_t n =
+      format_decision_json(r, record_.data(), record_.size(), DecisionJson::kReplay, first_);
+  lines_->write(record_.data(), static_cast<std::streamsize>(n));
 }
 
 void Replayer::write_flow_line(const FlowBook& f) {
@@ -433,7 +352,7 @@ void Replayer::write_flow_line(const FlowBook& f) {
     const KnobBook& k = f.knob[d];
     put_key(o, d == kTo ? "uplink" : "downlink");
     o += '{';
-    kv(o, "policy", policy_text(d == kTo ? params_.uplink : params_.downlink));
+    kv(o, "policy", policy_text(d == kTo ? engine_.params().uplink : engine_.params().downlink));
     kv(o, "acks", k.acks);
     kv(o, "acks_rewritten", k.acks_rewritten);
     put_key(o, "window_min");
@@ -519,112 +438,93 @@ Expected<Summary> replay_file(const std::string& path, uint32_t flows_max,
 
 // ---- summary rendering -------------------------------------------------------------------
 
+namespace {
+
+std::string json_str(std::string_view v) {
+  std::string o;
+  put_str(o, v);
+  return o;
+}
+std::string json_num(double v, const char* fmt) {
+  std::string o;
+  put_num(o, v, fmt);
+  return o;
+}
+std::string json_opt(std::optional<double> v, const char* fmt) {
+  std::string o;
+  put_opt(o, v, fmt);
+  return o;
+}
+// {"name":count,...}
+std::string json_counts(std::initializer_list<std::pair<std::string_view, uint64_t>> counts) {
+  std::string o = "{";
+  for (const auto& [name, n] : counts) kv(o, name, n);
+  return o + '}';
+}
+std::string json_counts(const std::map<std::string, uint64_t>& counts) {
+  std::string o = "{";
+  for (const auto& [name, n] : counts) kv(o, name, n);
+  return o + '}';
+}
+// {"name":count,...} of an array indexed by `Enum`, from index `first` on.
+template <typename Enum, size_t N>
+std::string json_counts_by(const std::array<uint64_t, N>& counts, size_t first) {
+  std::string o = "{";
+  for (size_t i = first; i < N; ++i) kv(o, to_string(static_cast<Enum>(i)), counts[i]);
+  return o + '}';
+}
+std::string json_knob(const KnobSummary& k) {
+  std::string o = "{";
+  kv(o, "policy", policy_text(k.params));
+  kv(o, "acks", k.acks);
+  kv(o, "clamped", k.acks_rewritten);
+  return o + '}';
+}
+
+}  // namespace
+
 std::string to_json(const Summary& s) {
   std::string o = "{\n";
-  auto line = [&](auto&& body) {
+  auto line = [&o](std::string_view key, std::string_view value) {
     o += "  ";
-    body();
+    put_key(o, key);  // no comma after the indent
+    o += value;
     o += ",\n";
   };
-  // put_key() adds no comma after '{', '\n' or ' ': each line starts after "  ".
-  line([&] { kv(o, "capture", s.capture); });
-  line([&] { kv(o, "linktype", pcap::linktype_name(s.linktype)); });
-  line([&] {
-    put_key(o, "complete");
-    o += s.error ? "false" : "true";
-  });
-  line([&] {
-    put_key(o, "error");
-    if (s.error)
-      put_str(o, *s.error);
-    else
-      o += "null";
-  });
-  line([&] { kv(o, "records", s.records); });
-  line([&] { kv(o, "truncated_records", s.truncated_records); });
-  line([&] { kv(o, "packets_to_engine", s.packets_to_engine); });
-  line([&] { kv_num(o, "first_time_s", static_cast<double>(s.first_time) / 1e9, "%.6f"); });
-  line([&] {
-    kv_num(o, "duration_s", static_cast<double>(s.last_time - s.first_time) / 1e9, "%.6f");
-  });
-  line([&] {
-    put_key(o, "policies");
-    o += '{';
-    kv(o, "uplink", policy_text(s.knobs[kTo].params));
-    kv(o, "downlink", policy_text(s.knobs[kFrom].params));
-    o += '}';
-  });
-  line([&] {
-    put_key(o, "flows");
-    o += '{';
-    kv(o, "total", s.flows_total);
-    kv(o, "regulated", s.flows_regulated);
-    kv(o, "unregulated", s.flows_unregulated);
-    kv(o, "without_acks", s.flows_without_acks);
-    kv(o, "clamped", s.flows_clamped);
-    o += '}';
-  });
-  line([&] {
-    put_key(o, "acks");
-    o += '{';
-    for (size_t d : {kTo, kFrom}) {
-      put_key(o, d == kTo ? "uplink" : "downlink");
-      o += '{';
-      kv(o, "policy", policy_text(s.knobs[d].params));
-      kv(o, "acks", s.knobs[d].acks);
-      kv(o, "clamped", s.knobs[d].acks_rewritten);
-      o += '}';
-    }
-    put_key(o, "clamped_share");
-    put_opt(o, s.share_acks_clamped(), "%.6f");
-    o += '}';
-  });
-  line([&] { kv(o, "decision_records", s.decision_records); });
-  line([&] {
-    put_key(o, "decision_states");
-    o += '{';
-    for (const auto& [state, n] : s.decision_states) kv(o, state.c_str(), n);
-    o += '}';
-  });
-  line([&] { kv(o, "flows_with_t_buff", s.flows_with_t_buff); });
-  line([&] {
-    put_key(o, "median_t_buff_ms");
-    put_opt(o, s.median_t_buff_ms, "%.3f");
-  });
-  line([&] {
-    put_key(o, "parse_errors");
-    o += '{';
-    for (size_t i = 1; i < s.parse_errors.size(); ++i) {
-      kv(o, to_string(static_cast<ParseError>(i)), s.parse_errors[i]);
-    }
-    o += '}';
-  });
-  line([&] {
-    put_key(o, "link_errors");
-    o += '{';
-    for (size_t i = 1; i < s.link_errors.size(); ++i) {
-      kv(o, to_string(static_cast<pcap::LinkError>(i)), s.link_errors[i]);
-    }
-    o += '}';
-  });
-  line([&] {
-    put_key(o, "outcomes");
-    o += '{';
-    for (size_t i = 0; i < s.outcomes.size(); ++i) {
-      kv(o, to_string(static_cast<Outcome>(i)), s.outcomes[i]);
-    }
-    o += '}';
-  });
-  o += "  ";
-  put_key(o, "engine");
-  o += '{';
-  kv(o, "flows_created", s.engine_flows_created);
-  kv(o, "flows_unregulated", s.engine_flows_unregulated);
-  kv(o, "flows_evicted", s.engine_flows_evicted);
-  kv(o, "flows_table_full", s.engine_flows_table_full);
-  kv(o, "right_edge_holds", s.engine_right_edge_holds);
-  kv(o, "floor_holds", s.engine_floor_holds);
-  o += "}\n}\n";
+  line("capture", json_str(s.capture));
+  line("linktype", json_str(pcap::linktype_name(s.linktype)));
+  line("complete", s.error ? "false" : "true");
+  line("error", s.error ? json_str(*s.error) : "null");
+  line("records", std::to_string(s.records));
+  line("truncated_records", std::to_string(s.truncated_records));
+  line("packets_to_engine", std::to_string(s.packets_to_engine));
+  line("first_time_s", json_num(static_cast<double>(s.first_time) / 1e9, "%.6f"));
+  line("duration_s", json_num(static_cast<double>(s.last_time - s.first_time) / 1e9, "%.6f"));
+  line("policies", "{\"uplink\":" + json_str(policy_text(s.knobs[kTo].params)) +
+                       ",\"downlink\":" + json_str(policy_text(s.knobs[kFrom].params)) + "}");
+  line("flows", json_counts({{"total", s.flows_total},
+                             {"regulated", s.flows_regulated},
+                             {"unregulated", s.flows_unregulated},
+                             {"without_acks", s.flows_without_acks},
+                             {"clamped", s.flows_clamped}}));
+  line("acks", "{\"uplink\":" + json_knob(s.knobs[kTo]) +
+                   ",\"downlink\":" + json_knob(s.knobs[kFrom]) +
+                   ",\"clamped_share\":" + json_opt(s.share_acks_clamped(), "%.6f") + "}");
+  line("decision_records", std::to_string(s.decision_records));
+  line("decision_states", json_counts(s.decision_states));
+  line("flows_with_t_buff", std::to_string(s.flows_with_t_buff));
+  line("median_t_buff_ms", json_opt(s.median_t_buff_ms, "%.3f"));
+  line("parse_errors", json_counts_by<ParseError>(s.parse_errors, 1));
+  line("link_errors", json_counts_by<pcap::LinkError>(s.link_errors, 1));
+  line("outcomes", json_counts_by<Outcome>(s.outcomes, 0));
+  line("engine", json_counts({{"flows_created", s.engine_flows_created},
+                              {"flows_unregulated", s.engine_flows_unregulated},
+                              {"flows_evicted", s.engine_flows_evicted},
+                              {"flows_table_full", s.engine_flows_table_full},
+                              {"right_edge_holds", s.engine_right_edge_holds},
+                              {"floor_holds", s.engine_floor_holds}}));
+  o.resize(o.size() - 2);  // the last line has no comma
+  o += "\n}\n";
   return o;
 }
 

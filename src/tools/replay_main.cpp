@@ -39,36 +39,34 @@ int usage_error(const std::string& msg) {
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc == 1) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
+struct Args {
   std::optional<std::string> config_path, policy_up, policy_down, out_path, summary_path, capture;
   std::optional<uint32_t> flows_max;
+};
+
+// Reads the command line into `a`. An exit status when that is all (help, a bad argument).
+std::optional<int> parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
+    const std::string_view arg = argv[i];
     auto value = [&](std::optional<std::string>& dst) -> bool {
       if (i + 1 >= argc) return false;
       dst = argv[++i];
       return true;
     };
-    if (a == "-h" || a == "--help") {
+    if (arg == "-h" || arg == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "--config") {
-      if (!value(config_path)) return usage_error("--config needs a file");
-    } else if (a == "--policy-uplink") {
-      if (!value(policy_up)) return usage_error("--policy-uplink needs a policy");
-    } else if (a == "--policy-downlink") {
-      if (!value(policy_down)) return usage_error("--policy-downlink needs a policy");
-    } else if (a == "--out") {
-      if (!value(out_path)) return usage_error("--out needs a file");
-    } else if (a == "--summary") {
-      if (!value(summary_path)) return usage_error("--summary needs a file");
-    } else if (a == "--flows-max") {
+    } else if (arg == "--config") {
+      if (!value(a.config_path)) return usage_error("--config needs a file");
+    } else if (arg == "--policy-uplink") {
+      if (!value(a.policy_up)) return usage_error("--policy-uplink needs a policy");
+    } else if (arg == "--policy-downlink") {
+      if (!value(a.policy_down)) return usage_error("--policy-downlink needs a policy");
+    } else if (arg == "--out") {
+      if (!value(a.out_path)) return usage_error("--out needs a file");
+    } else if (arg == "--summary") {
+      if (!value(a.summary_path)) return usage_error("--summary needs a file");
+    } else if (arg == "--flows-max") {
       std::optional<std::string> v;
       if (!value(v)) return usage_error("--flows-max needs a number");
       uint32_t n = 0;
@@ -76,33 +74,37 @@ int main(int argc, char** argv) {
       if (ec != std::errc() || p != v->data() + v->size() || n == 0) {
         return usage_error("--flows-max: expected 1 .. 4294967295, got " + *v);
       }
-      flows_max = n;
-    } else if (a.starts_with("-") && a != "-") {
-      return usage_error("unknown option " + std::string(a));
-    } else if (capture) {
-      return usage_error("one capture file only (got " + *capture + " and " + std::string(a) + ")");
+      a.flows_max = n;
+    } else if (arg.starts_with("-") && arg != "-") {
+      return usage_error("unknown option " + std::string(arg));
+    } else if (a.capture) {
+      return usage_error("one capture file only (got " + *a.capture + " and " + std::string(arg) +
+                         ")");
     } else {
-      capture = std::string(a);
+      a.capture = std::string(arg);
     }
   }
-  if (!config_path) return usage_error("--config is required");
-  if (!capture) return usage_error("no capture file given");
+  if (!a.config_path) return usage_error("--config is required");
+  if (!a.capture) return usage_error("no capture file given");
+  return std::nullopt;
+}
 
-  rsfc::Config cfg;
+// The daemon's config with the command line's policies. An exit status when it is unusable.
+std::optional<int> load_params(const Args& a, rsfc::Config& cfg) {
   try {
-    cfg = rsfc::load_config_file(*config_path);
+    cfg = rsfc::load_config_file(*a.config_path);
   } catch (const rsfc::ConfigError& e) {
     std::fprintf(stderr, "rsfc-replay: %s\n", e.what());
     return 2;
   }
-  rsfc::EngineParams params = cfg.params;
-  if (policy_up) {
-    auto d = rsfc::replay::parse_policy(*policy_up, true, params.min_window_bytes);
+  rsfc::EngineParams& params = cfg.params;
+  if (a.policy_up) {
+    auto d = rsfc::replay::parse_policy(*a.policy_up, true, params.min_window_bytes);
     if (!d) return usage_error(d.error().message);
     params.uplink = *d;
   }
-  if (policy_down) {
-    auto d = rsfc::replay::parse_policy(*policy_down, false, params.min_window_bytes);
+  if (a.policy_down) {
+    auto d = rsfc::replay::parse_policy(*a.policy_down, false, params.min_window_bytes);
     if (!d) return usage_error(d.error().message);
     params.downlink = *d;
   }
@@ -110,24 +112,28 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rsfc-replay: %s\n", ok.error().message.c_str());
     return 2;
   }
+  return std::nullopt;
+}
 
+// Runs the capture and writes the lines (--out), the JSON summary (--summary) and the
+// readable summary. The exit status.
+int replay(const Args& a, const rsfc::Config& cfg) {
   std::ofstream out_file;
   std::ostream* lines = nullptr;
-  const bool lines_to_stdout = out_path && *out_path == "-";
+  const bool lines_to_stdout = a.out_path && *a.out_path == "-";
   if (lines_to_stdout) {
     lines = &std::cout;
-  } else if (out_path) {
-    out_file.open(*out_path, std::ios::out | std::ios::trunc);
+  } else if (a.out_path) {
+    out_file.open(*a.out_path, std::ios::out | std::ios::trunc);
     if (!out_file) {
-      std::fprintf(stderr, "rsfc-replay: cannot write %s: %s\n", out_path->c_str(),
+      std::fprintf(stderr, "rsfc-replay: cannot write %s: %s\n", a.out_path->c_str(),
                    std::strerror(errno));
       return 2;
     }
     lines = &out_file;
   }
-
   auto summary =
-      rsfc::replay::replay_file(*capture, flows_max.value_or(cfg.flows_max), params, lines);
+      rsfc::replay::replay_file(*a.capture, a.flows_max.value_or(cfg.flows_max), cfg.params, lines);
   if (!summary) {
     std::fprintf(stderr, "rsfc-replay: %s\n", summary.error().message.c_str());
     return 2;
@@ -135,16 +141,16 @@ int main(int argc, char** argv) {
   if (out_file.is_open()) {
     out_file.close();
     if (!out_file) {
-      std::fprintf(stderr, "rsfc-replay: writing %s failed\n", out_path->c_str());
+      std::fprintf(stderr, "rsfc-replay: writing %s failed\n", a.out_path->c_str());
       return 2;
     }
   }
-  if (summary_path) {
-    std::ofstream sf(*summary_path, std::ios::out | std::ios::trunc);
+  if (a.summary_path) {
+    std::ofstream sf(*a.summary_path, std::ios::out | std::ios::trunc);
     sf << rsfc::replay::to_json(*summary);
     sf.close();
     if (!sf) {
-      std::fprintf(stderr, "rsfc-replay: cannot write %s\n", summary_path->c_str());
+      std::fprintf(stderr, "rsfc-replay: cannot write %s\n", a.summary_path->c_str());
       return 2;
     }
   }
@@ -155,4 +161,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 1) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  Args args;
+  if (auto done = parse_args(argc, argv, args)) return *done;
+  rsfc::Config cfg;
+  if (auto bad = load_params(args, cfg)) return *bad;
+  return replay(args, cfg);
 }

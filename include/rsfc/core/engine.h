@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "rsfc/core/decision_record.h"
+#include "rsfc/core/flow_table.h"
 #include "rsfc/core/metrics.h"
 #include "rsfc/core/packet.h"
 #include "rsfc/core/params.h"
@@ -23,36 +25,25 @@ struct PacketMeta {
 struct PacketResult {
   Outcome outcome = Outcome::kPassed;
   bool modified = false;  // bytes changed in place: return them with the verdict
+
+  // What the engine made of the packet, for tools that account for it (rsfc-replay); the
+  // daemon needs only the two fields above.
+  // Which way the packet travels (unless outcome is kUnparsed or kNotSubscriber).
+  Direction direction = Direction::kToSubscriber;
+  // The packet started the flow now in `flow`: its first packet, or a SYN that restarted it
+  // on reused ports.
+  bool new_flow = false;
+  // The flow-table slot of the packet's flow (see flow()); kNoFlow when no flow tracks it
+  // (unparsed, not a subscriber's, both knobs off, a RST of no known flow).
+  uint32_t flow = kNoFlow;
+  // An ACK whose window went through the knob (the window scale known; outcome kPassed,
+  // kRewritten or kTruncatedCopy): the scale of its sender's windows, and the window in
+  // bytes (field << scale) it came with and leaves with.
+  bool knob_ack = false;
+  uint8_t scale = 0;
+  uint64_t window_in = 0, window_out = 0;
 };
 
-// One line of the per-flow decision log (RSFC/DRWA); emitted at most once per control step.
-struct DecisionRecord {
-  Nanos time = 0;
-  IpAddr subscriber, peer;
-  uint16_t subscriber_port = 0, peer_port = 0;
-  const char* knob = "";   // "uplink" / "downlink"
-  const char* state = "";  // controller state name
-  double tick_ms = 0;      // subscriber timestamp granularity g (0 = unknown)
-  double t_buff_ms = -1;   // filtered uplink buffering delay (-1 = unknown)
-  double rate_bps = 0;     // delivered rate rho, bits/s (as the field name says)
-  double rtt_min_ms = -1;
-  double rtt_ms = -1;  // the round trip the controller sizes the window on
-  // The window advertised on the ACK this step ran on, in bytes (its window field as
-  // forwarded << the scale): the target after the floor, the right-edge hold and rounding up
-  // to the scale; the ACK's own window when that was smaller, no clamp, or not enforced.
-  uint64_t window_bytes = 0;
-  uint64_t target_bytes = 0;  // the controller's target after the floor; 0 = no clamp
-  bool enforced = true;       // false under policy observe (target_bytes: what it would apply)
-  bool timestamps = false;
-};
-
-class DecisionSink {
- public:
-  virtual ~DecisionSink() = default;
-  virtual void on_decision(const DecisionRecord& r) = 0;
-};
-
-class FlowTable;
 class SubscriberTable;
 struct FlowRegulators;
 
@@ -81,19 +72,44 @@ class Engine {
   void set_decision_sink(DecisionSink* sink) { sink_ = sink; }
 
   const CoreCounters& counters() const { return counters_; }
+  // The flow in a slot (PacketResult::flow, DecisionRecord::flow) as the engine tracks it;
+  // valid until the next process() or expire().
+  const Flow& flow(uint32_t idx) const { return flows_->at(idx); }
   size_t active_flows() const;
   // Memory one flow costs at full capacity: entry, regulator state and hash buckets.
   static size_t bytes_per_flow();
   uint32_t flows_max() const;
 
  private:
-  void reset_flow_state(uint32_t idx);
-  void forget_flow(uint32_t idx);
-  void leave_state_gauge(uint32_t idx);
+  // The stages of process(), in order. Inline: engine.cpp folds them back into process()
+  // (one call each per packet would cost ~10 % of the packet's time).
+  inline bool classify(std::span<const uint8_t> pkt, PacketView& v, PacketResult& r);
+  inline uint32_t flow_of(const PacketView& v, PacketResult& r, Nanos now);
+  inline void track_lifecycle(uint32_t idx, const PacketView& v, Nanos now, PacketResult& r);
+  inline void feed_regulators(uint32_t idx, const PacketView& v, Direction dir, Nanos now);
+  inline void apply_knob(std::span<uint8_t> pkt, PacketView& v, uint32_t idx, Nanos now,
+                         PacketMeta meta, PacketResult& r);
+  uint32_t add_flow(const FlowKey& key, uint32_t h, const PacketView& v, Direction dir, Nanos now);
+  bool on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now);
+  // Parts of apply_knob.
+  inline const DirectionParams& knob_params(Direction dir) const;
+  inline uint64_t knob_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
+                              bool& log);
+  inline void rewrite_window(std::span<uint8_t> pkt, PacketView& v, const Endpoint& receiver,
+                             uint8_t scale, uint64_t target, ChecksumState checksum,
+                             PacketResult& r);
+  void emit_decision(DecisionRecord& rec, uint16_t raw, uint8_t scale);
   // The regulator's target (UINT64_MAX = no clamp). When a control step ran and a sink is
   // set, fills `rec` (all but window_bytes) and sets `log`.
   uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec, bool& log);
+  void count_uplink_health(uint32_t idx, bool clamps);
+  void describe_flow(DecisionRecord& rec, uint32_t idx, Direction dir, Nanos now,
+                     uint64_t target) const;
   void join_subscriber(uint32_t idx);
+
+  void reset_flow_state(uint32_t idx);
+  void forget_flow(uint32_t idx);
+  void leave_state_gauge(uint32_t idx);
 
   EngineParams params_;
   std::unique_ptr<FlowTable> flows_;

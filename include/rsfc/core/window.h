@@ -18,6 +18,12 @@ constexpr uint64_t window_bytes(uint16_t raw, uint8_t scale) {
   return static_cast<uint64_t>(raw) << scale;
 }
 
+// The largest window TCP can advertise: 65535 << 14.
+constexpr uint64_t kMaxWindowBytes = window_bytes(0xffff, kMaxWindowScale);
+// The smallest window floor (min_window_bytes) and static window that make sense: two
+// segments of the smallest default MSS (RFC 1122: 536).
+constexpr uint64_t kMinWindowFloor = 2 * 536;
+
 // Smallest raw window whose bytes are >= `bytes` (saturates at 65535).
 constexpr uint16_t encode_window_round_up(uint64_t bytes, uint8_t scale) {
   const uint64_t unit = uint64_t{1} << scale;

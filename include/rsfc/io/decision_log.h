@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "rsfc/core/engine.h"
+#include "rsfc/core/decision_record.h"
 #include "rsfc/core/expected.h"
 
 namespace rsfc {
@@ -39,9 +39,5 @@ class DecisionLogFile final : public DecisionSink {
   size_t cap_ = 0, len_ = 0, pending_records_ = 0;
   uint64_t records_ = 0, dropped_ = 0;
 };
-
-// Formats one record as a JSON object followed by '\n' into `out`. Returns the length, or
-// 0 if `cap` is too small. (Exposed for tests.)
-size_t format_decision_json(const DecisionRecord& r, char* out, size_t cap);
 
 }  // namespace rsfc

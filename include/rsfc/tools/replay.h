@@ -1,9 +1,11 @@
 // rsfc-replay: what rsfcd would have done to the traffic in a pcap taken at a gateway.
 //
 // Every frame of the capture goes through the daemon's own core (rsfc::Engine, same
-// EngineParams from the same YAML), with the capture's timestamps as `now`. On the side the
-// replay keeps per-flow books (packets, bytes, ACKs the knob saw and rewrote, the windows
-// advertised and applied) and collects the engine's DecisionRecords. Output:
+// EngineParams from the same YAML), with the capture's timestamps as `now`. The replay books
+// what the engine made of each packet (its PacketResult: direction, flow, window scale,
+// windows as they came and left; the flow as Engine::flow() has it) per flow (packets,
+// bytes, ACKs the knob saw and rewrote, the windows advertised and applied), and collects
+// the engine's DecisionRecords. It parses nothing itself. Output:
 //  - JSON lines: one {"type":"decision",...} per DecisionRecord as it happens, then one
 //    {"type":"flow",...} per flow (in order of first packet) at the end of the capture;
 //  - a Summary (JSON and human-readable).
@@ -18,7 +20,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "rsfc/core/engine.h"
@@ -69,27 +70,19 @@ struct KnobBook {
   WindowSamples applied;        // window bytes as the engine let them pass
 };
 
+// One flow as the engine tracked it (a flow it restarts on reused ports, or tracks again
+// after it dropped it, is another book).
 struct FlowBook {
-  uint8_t family = 0;
   IpAddr subscriber, peer;
   uint16_t subscriber_port = 0, peer_port = 0;
   Nanos first = 0, last = 0;
-  std::optional<bool> subscriber_initiated;  // from the first SYN, if seen
+  uint32_t engine_flow = kNoFlow;            // its slot in the engine's flow table
+  std::optional<bool> subscriber_initiated;  // known once a SYN or SYN-ACK was seen
   // [Direction]: 0 to the subscriber, 1 from the subscriber.
   std::array<uint64_t, kDirections> packets{}, payload_bytes{};
   std::array<KnobBook, kDirections> knob{};  // [to_subscriber] = uplink knob, [from] = downlink
-  // Handshake as the replay saw it (to turn raw windows into bytes).
-  struct Syn {
-    bool seen = false;
-    bool wscale_option = false;
-    uint8_t wscale = 0;
-    uint32_t isn = 0;
-  };
-  Syn sub_syn, peer_syn;
-  bool synack_seen = false;
-  bool non_syn_seen = false;
-  uint64_t unregulated_packets = 0;
-  uint64_t regulated_acks = 0;
+  uint64_t unregulated_packets = 0;          // outcome kUnregulated: window scale unknown
+  uint64_t regulated_acks = 0;               // ACKs through the knob (window scale known)
   uint64_t decisions = 0;
   std::vector<double> t_buff_ms;  // from DecisionRecords with a known t_buff
 
@@ -157,19 +150,20 @@ class Replayer {
 
  private:
   class Sink;
-  FlowBook* book_for(const PacketView& v, Direction dir, Nanos now);
+  static constexpr size_t kNoBook = SIZE_MAX;
+  FlowBook& book_of(const PacketResult& res, Nanos now);
+  void account(FlowBook& f, const PacketResult& res, Nanos now);
   void write_flow_line(const FlowBook& f);
   double rel_seconds(Nanos t) const;
 
   Engine engine_;
-  EngineParams params_;
   std::ostream* lines_;
   std::unique_ptr<Sink> sink_;
   std::vector<uint8_t> work_;  // the packet the engine may rewrite
   std::vector<FlowBook> flows_;
-  std::unordered_map<std::string, size_t> index_;  // flow key -> flows_ position
-  std::string key_;                                // reused key buffer
-  std::string line_;                               // reused output line
+  std::vector<size_t> book_of_slot_;  // engine flow slot -> flows_ position (kNoBook)
+  std::string line_;                  // reused output line
+  std::array<char, 1024> record_{};   // one decision line
   bool have_first_ = false;
   Nanos first_ = 0, last_ = 0, next_expire_ = 0;
   Summary s_;
