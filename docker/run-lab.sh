@@ -80,7 +80,10 @@ teardown() {
   local rc=$?
   trap - EXIT INT TERM
   set +e
+  local failed="$step_name"
+  step_no=5
   step "teardown"
+  ((rc == 0)) || say "exit status $rc in step: ${failed:-?}"
   if [[ -n "$driver_pid" ]] && kill -0 "$driver_pid" 2>/dev/null; then
     kill -TERM "$driver_pid"; wait "$driver_pid"  # it takes its containers down itself
   fi
@@ -101,6 +104,8 @@ teardown() {
     for _ in $(seq 60); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.5; done
     kill -0 "$dockerd_pid" 2>/dev/null && kill -KILL "$dockerd_pid"
     [[ -n "$rt_cgroup" ]] && echo 0 > "$rt_cgroup" 2>/dev/null
+    # dockerd leaves its bind mount of the host's network namespace behind.
+    for ns in /run/docker/netns/*; do [[ -e $ns ]] && umount "$ns" 2>/dev/null; done
   fi
   echo "$cc_before" > /proc/sys/net/ipv4/tcp_allowed_congestion_control
   end_step
@@ -143,7 +148,7 @@ else
   compose=(docker-compose)
 fi
 compose_works "${compose[@]}" || { say "compose does not work: ${compose[*]}"; exit 1; }
-say "client $(docker version --format '{{.Client.Version}}' 2>/dev/null || echo ?), compose: ${compose[*]} ($("${compose[@]}" version --short 2>/dev/null || true))"
+say "client $(docker version --format '{{.Client.Version}}' 2>/dev/null || true), compose: ${compose[*]} ($("${compose[@]}" version --short 2>/dev/null || true))"
 
 # ---- 2. engine -----------------------------------------------------------------------
 step "engine"
@@ -227,7 +232,7 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
   rm -rf "$work"/rootfs/var/cache/apt/archives/*.deb "$work"/rootfs/var/lib/apt/lists/*
-  tar -C "$work/rootfs" -c . | docker import -q - "$BASE" >/dev/null
+  tar -C "$work/rootfs" -c . | docker import - "$BASE" >/dev/null
   rm -rf "$work/rootfs"
   say "made $BASE ($(docker image inspect -f '{{.Size}}' "$BASE" | awk '{printf "%d MB", $1 / 1e6}'))"
 fi
@@ -253,7 +258,7 @@ set -e
 if ((build_rc)); then tail -30 "$work/build.log" >&2; say "image build failed"; exit 1; fi
 
 # ---- 5. scenario ---------------------------------------------------------------------
-step "scenario (docker/lab.py ${lab_args[*]:-})"
+step "scenario (docker/lab.py${lab_args[*]:+ ${lab_args[*]}})"
 RSFC_COMPOSE="${compose[*]}" python3 "$REPO/docker/lab.py" --image "$IMAGE" \
   --project "$PROJECT" --json-line-file "$work/line.json" "${lab_args[@]}" &
 driver_pid=$!
