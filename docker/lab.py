@@ -224,6 +224,13 @@ def resolve_policies(text: str) -> tuple[list[tuple[str, dict | None]], str | No
         note = f"{label} = the shipped conf/rsfcd.yaml ({desc})"
         if label not in names:  # else it runs once, under its lab name
             out.append((label, cfg))
+    # A policy listed again (side-by-side repeats) gets its own column, as in
+    # lab/scenarios.py: "rsfc #2".
+    seen: dict[str, int] = {}
+    for i, (label, cfg) in enumerate(out):
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] > 1:
+            out[i] = (f"{label} #{seen[label]}", cfg)
     return out, note
 
 
