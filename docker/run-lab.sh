@@ -120,7 +120,7 @@ trap 'exit 143' TERM
 
 # ---- 1. packages ---------------------------------------------------------------------
 apt_updated=0
-install() {
+apt_install() {
   export DEBIAN_FRONTEND=noninteractive
   if ((!apt_updated)); then apt-get update -qq; apt_updated=1; fi
   say "installing $*"
@@ -137,14 +137,14 @@ command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)
 if ((${#need[@]})); then
   mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
-  install "${need[@]}"
+  apt_install "${need[@]}"
 fi
 if [[ -n "${RSFC_COMPOSE:-}" ]]; then
   read -ra compose <<<"$RSFC_COMPOSE"
 elif compose_works docker compose; then
   compose=(docker compose)
 else
-  compose_works docker-compose || install docker-compose
+  compose_works docker-compose || apt_install docker-compose
   compose=(docker-compose)
 fi
 compose_works "${compose[@]}" || { say "compose does not work: ${compose[*]}"; exit 1; }
@@ -209,7 +209,7 @@ if docker image inspect "$BASE" >/dev/null 2>&1; then
 elif timeout 60 docker pull -q "$BASE" >/dev/null 2>&1; then
   say "pulled $BASE"
 else
-  command -v debootstrap >/dev/null || install debootstrap
+  command -v debootstrap >/dev/null || apt_install debootstrap
   m=$(mirror)
   say "no registry: debootstrap --variant=minbase bookworm from $m (about a minute)"
   debootstrap --variant=minbase bookworm "$work/rootfs" "$m" >"$work/debootstrap.log" 2>&1 ||
