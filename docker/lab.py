@@ -132,7 +132,9 @@ class Lab:
     def up(self, env: dict[str, dict[str, str]], sysctls: dict[str, dict[str, str]]) -> None:
         services = {}
         for s in SERVICES:
-            svc: dict = {"environment": {k: v.replace("$", "$$") for k, v in env.get(s, {}).items()}}
+            # "$$": compose would interpolate a "$" in a value.
+            svc: dict = {"environment": {k: v.replace("$", "$$")
+                                         for k, v in env.get(s, {}).items()}}
             if sysctls.get(s):
                 svc["sysctls"] = sysctls[s]
             services[s] = svc
@@ -572,7 +574,8 @@ def main(argv=None) -> int:
     resolved, note = resolve_policies(policies)
     compose = detect_compose()
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_path = Path(a.json) if a.json else scenarios.OUT_DIR / f"docker-{scenario.name}-{stamp}.json"
+    out_path = (Path(a.json) if a.json
+                else scenarios.OUT_DIR / f"docker-{scenario.name}-{stamp}.json")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     topo.ensure_host_cc_allowed("cubic")  # iperf3 -C cubic (a host-wide setting)
     rt, rt_note = realtime_settings(a.image)

@@ -148,7 +148,8 @@ else
   compose=(docker-compose)
 fi
 compose_works "${compose[@]}" || { say "compose does not work: ${compose[*]}"; exit 1; }
-say "client $(docker version --format '{{.Client.Version}}' 2>/dev/null || true), compose: ${compose[*]} ($("${compose[@]}" version --short 2>/dev/null || true))"
+client=$(docker version --format '{{.Client.Version}}' 2>/dev/null || true)
+say "client $client, compose: ${compose[*]} ($("${compose[@]}" version --short 2>/dev/null || true))"
 
 # ---- 2. engine -----------------------------------------------------------------------
 step "engine"
@@ -181,7 +182,8 @@ else
   started_dockerd=1
   say "started dockerd (pid $dockerd_pid)"
 fi
-say "engine $(docker version --format '{{.Server.Version}}'), storage $(docker info --format '{{.Driver}}')"
+say "engine $(docker version --format '{{.Server.Version}}')," \
+  "storage $(docker info --format '{{.Driver}}')"
 # Builds need the network for apt: the default bridge if there is one, else the host's.
 build_net=()
 docker network inspect bridge >/dev/null 2>&1 || build_net=(--network host)
@@ -191,7 +193,8 @@ mirror() {  # the Debian mirror apt uses for bookworm (one-line or deb822 source
   local f uri
   for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
     [[ -r $f ]] || continue
-    uri=$(awk '$1 == "deb" && $0 ~ / bookworm / { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; exit } }' "$f")
+    uri=$(awk '$1 == "deb" && $0 ~ / bookworm / {
+      for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; exit } }' "$f")
     [[ -n $uri ]] && { echo "$uri"; return; }
   done
   for f in /etc/apt/sources.list.d/*.sources; do
@@ -234,7 +237,8 @@ EOF
   rm -rf "$work"/rootfs/var/cache/apt/archives/*.deb "$work"/rootfs/var/lib/apt/lists/*
   tar -C "$work/rootfs" -c . | docker import - "$BASE" >/dev/null
   rm -rf "$work/rootfs"
-  say "made $BASE ($(docker image inspect -f '{{.Size}}' "$BASE" | awk '{printf "%d MB", $1 / 1e6}'))"
+  size=$(docker image inspect -f '{{.Size}}' "$BASE" | awk '{printf "%d MB", $1 / 1e6}')
+  say "made $BASE ($size)"
 fi
 
 # ---- 4. lab image --------------------------------------------------------------------

@@ -14,6 +14,7 @@ sysctl_set() {
   _err=$(sysctl -qw "$1=$2" 2>&1) && return 0
   echo "$(basename "$0"): cannot set $1=$2 (it is $_cur): $_err" >&2
   [ -w "/proc/sys/$(echo "$1" | tr . /)" ] ||
-    echo "$(basename "$0"): /proc/sys is read-only here (a container?): give it $1=$2 at creation (docker run --sysctl, compose sysctls:)" >&2
+    echo "$(basename "$0"): /proc/sys is read-only here (a container?): give it $1=$2" \
+      "at creation (docker run --sysctl, compose sysctls:)" >&2
   return 1
 }
