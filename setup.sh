@@ -11,8 +11,16 @@ PACKAGES=(build-essential cmake ninja-build pkg-config clang-format
   python3 python3-scapy python3-pytest python3-yaml python3-matplotlib
   iptables iproute2 iperf3 iputils-ping tcpdump curl procps)
 
+# The docker lab (docker/run-lab.sh, run by test/run-all.sh) on this host: Debian's engine
+# and compose unless some engine / compose is installed already (docker.io would replace
+# Docker's own docker-ce packages), and debootstrap for the base image. Not in the image.
+DOCKER_LAB_PACKAGES=(debootstrap)
+command -v dockerd >/dev/null || DOCKER_LAB_PACKAGES+=(docker.io)
+docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null ||
+  DOCKER_LAB_PACKAGES+=(docker-compose)
+
 missing=()
-for p in "${PACKAGES[@]}"; do
+for p in "${PACKAGES[@]}" "${DOCKER_LAB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then

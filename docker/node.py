@@ -11,9 +11,23 @@ node's service.
    is found by its IPv4 address and renamed to the lab's name (lab/topo.py IFACES).
 2. The node scripts run in lab/topo.py's order: common.sh, link.sh per interface,
    router.sh (bs, gw), routes.sh, and on gw gateway.sh (NFQUEUE rules, fail open).
-3. Service (replaces this process): gw runs rsfcd, srv runs `iperf3 -s`, phone and bs
-   sleep. On bs, RSFC_UPLINK_BOTTLENECK / RSFC_DOWNLINK_BOTTLENECK = "RATE_BIT_S BUFFER_BYTES"
-   apply lab/node/bs-bottleneck.sh to gw0 / phone0 first.
+   /proc/sys is read-only in a container: the compose file presets every sysctl the
+   scripts want, and the scripts write only what differs (lab/node/sysctl.sh).
+3. Service: gw runs rsfcd, srv runs `iperf3 -s`, phone sleeps. bs applies
+   RSFC_UPLINK_BOTTLENECK / RSFC_DOWNLINK_BOTTLENECK = "RATE_BIT_S BUFFER_BYTES"
+   (lab/node/bs-bottleneck.sh on gw0 / phone0) and, when RSFC_UPLINK_DELAY_MS or
+   RSFC_DOWNLINK_DELAY_MS is set, runs the delay element (rsfc-linkem + bs-delay.sh, as
+   lab/shaping.py does in the bs namespace); otherwise it sleeps.
+4. When the node is set up (and its delay element is ready) node.py writes READY_FILE
+   (/run/rsfc-node.ready; RSFC_NODE_RUN_DIR moves it).
+
+Environment (besides the bottleneck/delay ones above):
+  RSFC_CC, RSFC_TIMESTAMPS   as lab/node/common.sh (phone, srv)
+  RSFCD_CONFIG               gw: rsfcd's config file (default docker/rsfcd-lab.yaml)
+  RSFCD_CONFIG_TEXT          gw: the config itself (written to /tmp/rsfcd.yaml, wins)
+  RSFC_GATEWAY=0             gw: no NFQUEUE rules and no rsfcd (the lab's policy "none")
+  RSFC_QUEUES                gw: NFQUEUE numbers for gateway.sh (default 0)
+  RSFC_IPERF_PORT            srv: port of `iperf3 -s` (default 5201; empty: none)
 
 Every address and interface name comes from lab/topo.py itself (imported), so the two labs
 cannot drift apart; test/integration/test_docker_files.py checks the step list against
@@ -24,6 +38,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -31,9 +47,15 @@ from pathlib import Path
 
 REPO = Path(os.environ.get("RSFC_REPO", Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(REPO / "lab"))
+import shaping  # noqa: E402
 import topo  # noqa: E402
 
 ROLES = topo.ROLES
+# Files the docker lab's driver (docker/lab.py) reads with `docker exec`.
+RUN_DIR = Path(os.environ.get("RSFC_NODE_RUN_DIR", "/run"))
+READY_FILE = RUN_DIR / "rsfc-node.ready"
+LINKEM_PID_FILE = RUN_DIR / "rsfc-linkem.pid"
+LINKEM_STATS_FILE = RUN_DIR / "rsfc-linkem.jsonl"  # rsfc-linkem's stdout (JSON counters)
 
 
 @dataclass(frozen=True)
@@ -58,8 +80,10 @@ def links(role: str) -> list[tuple[str, str, str]]:
 
 
 def steps(role: str, cc_phone: str = "cubic", cc_srv: str = "cubic",
-          phone_timestamps: bool = True, queues: str = "0", proto: str = "tcp") -> list[Step]:
-    """The lab/node scripts `role` runs, as Topology.up() (+ nfqueue_rules on gw) runs them."""
+          phone_timestamps: bool = True, queues: str = "0", proto: str = "tcp",
+          gateway: bool = True) -> list[Step]:
+    """The lab/node scripts `role` runs, as Topology.up() (+ nfqueue_rules on gw) runs them.
+    gateway=False: gw without NFQUEUE rules (the lab's policy "none")."""
     t = topo
     common_env = {
         "phone": {"RSFC_CC": cc_phone or "", "RSFC_TIMESTAMPS": "1" if phone_timestamps else "0"},
@@ -78,7 +102,7 @@ def steps(role: str, cc_phone: str = "cubic", cc_srv: str = "cubic",
         "srv": ("default", t.GW_SRV4, "default", t.GW_SRV6),
     }[role]
     out.append(Step("routes.sh", routes))
-    if role == "gw":
+    if role == "gw" and gateway:
         out.append(Step("gateway.sh", (queues, proto), {"RSFC_FAMILIES": "4 6"}))
     return out
 
@@ -127,7 +151,7 @@ def setup(role: str) -> None:
     cc = os.environ.get("RSFC_CC", "cubic")
     ts = os.environ.get("RSFC_TIMESTAMPS", "1") != "0"
     for s in steps(role, cc_phone=cc, cc_srv=cc, phone_timestamps=ts,
-                   queues=os.environ.get("RSFC_QUEUES", "0")):
+                   queues=os.environ.get("RSFC_QUEUES", "0"), gateway=gateway_enabled()):
         _run(["sh", str(REPO / "lab" / "node" / s.script), *s.args], env=s.env)
     if role == "bs":
         for var, towards in (("RSFC_UPLINK_BOTTLENECK", "gw"), ("RSFC_DOWNLINK_BOTTLENECK", "phone")):
@@ -139,12 +163,85 @@ def setup(role: str) -> None:
                       topo.IFACES["bs"][towards], *spec])
 
 
+def gateway_enabled() -> bool:
+    return os.environ.get("RSFC_GATEWAY", "1") != "0"
+
+
+def delays_ms() -> tuple[float, float] | None:
+    """(uplink, downlink) one-way delay of the delay element, or None: no delay element."""
+    up = os.environ.get("RSFC_UPLINK_DELAY_MS", "")
+    down = os.environ.get("RSFC_DOWNLINK_DELAY_MS", "")
+    if not up and not down:
+        return None
+    return float(up or 0), float(down or 0)
+
+
+def linkem_argv(up_ms: float, down_ms: float) -> list[str]:
+    """rsfc-linkem as lab/shaping.py starts it with the TBF engine: delay only, the queue
+    numbers of the bs node, SCHED_FIFO when the container may (it goes on without)."""
+    up = shaping.Direction(delay_ms=up_ms)
+    down = shaping.Direction(delay_ms=down_ms)
+    return [str(shaping.linkem_binary()),
+            "--link", up.linkem_arg(shaping.UPLINK_QUEUE, with_bottleneck=False),
+            "--link", down.linkem_arg(shaping.DOWNLINK_QUEUE, with_bottleneck=False),
+            "--realtime"]
+
+
+def run_delay_element(up_ms: float, down_ms: float) -> int:
+    """bs's service with a delay element: rsfc-linkem, then bs-delay.sh sends the forwarded
+    packets to it (as Shaping.start()). Its stdout (JSON counters on SIGUSR1 and at exit)
+    is copied to LINKEM_STATS_FILE and to the container log. SIGTERM stops it and removes
+    the rules."""
+    argv = linkem_argv(up_ms, down_ms)
+    print("node.py: start", " ".join(argv), flush=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            bufsize=1)
+    LINKEM_PID_FILE.write_text(f"{proc.pid}\n")
+
+    def stop(signum, frame):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    ready, _, _ = select.select([proc.stdout], [], [], 10)
+    line = proc.stdout.readline().strip() if ready else None
+    if line != "ready":
+        stop(None, None)
+        raise SystemExit(f"node.py: rsfc-linkem did not start ({line!r})")
+    node_dir = REPO / "lab" / "node"
+    _run(["sh", str(node_dir / "bs-delay.sh"), str(shaping.UPLINK_QUEUE),
+          str(shaping.DOWNLINK_QUEUE), topo.IFACES["bs"]["phone"], topo.IFACES["bs"]["gw"]])
+    mark_ready()
+    with open(LINKEM_STATS_FILE, "a") as stats:
+        for line in proc.stdout:
+            stats.write(line)
+            stats.flush()
+            print("rsfc-linkem:", line.strip(), flush=True)
+    rc = proc.wait()
+    subprocess.run(["sh", str(node_dir / "bs-delay.sh"), "--flush"])
+    print(f"node.py: rsfc-linkem exited {rc}", flush=True)
+    return 0 if rc in (0, -signal.SIGTERM) else 1
+
+
+def mark_ready() -> None:
+    READY_FILE.write_text("ready\n")
+
+
+def gw_config() -> str:
+    text = os.environ.get("RSFCD_CONFIG_TEXT", "")
+    if text:
+        path = Path("/tmp/rsfcd.yaml")
+        path.write_text(text)
+        return str(path)
+    return os.environ.get("RSFCD_CONFIG", str(REPO / "docker" / "rsfcd-lab.yaml"))
+
+
 def service(role: str) -> list[str]:
-    if role == "gw":
-        config = os.environ.get("RSFCD_CONFIG", str(REPO / "docker" / "rsfcd-lab.yaml"))
-        return [str(topo.rsfcd_binary()), "--config", config]
-    if role == "srv":
-        return ["iperf3", "-s"]
+    if role == "gw" and gateway_enabled():
+        return [str(topo.rsfcd_binary()), "--config", gw_config()]
+    if role == "srv" and os.environ.get("RSFC_IPERF_PORT", "5201"):
+        port = os.environ.get("RSFC_IPERF_PORT", "5201")
+        return ["iperf3", "-s"] + (["-p", port] if port != "5201" else [])
     return ["sleep", "infinity"]
 
 
@@ -153,10 +250,14 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     role = argv[0]
+    READY_FILE.unlink(missing_ok=True)
     setup(role)
     if argv[1:] == ["--setup-only"]:
         return 0
+    if role == "bs" and delays_ms() is not None:
+        return run_delay_element(*delays_ms())
     cmd = service(role)
+    mark_ready()
     print("node.py: exec", " ".join(cmd), flush=True)
     os.execvp(cmd[0], cmd)
     return 1  # not reached

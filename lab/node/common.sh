@@ -8,21 +8,23 @@
 #                    (net.ipv4.tcp_allowed_congestion_control), which this script cannot do.
 #   RSFC_TIMESTAMPS  1/0: net.ipv4.tcp_timestamps (0 = a phone without TCP timestamps).
 set -eu
+# shellcheck source-path=SCRIPTDIR source=sysctl.sh
+. "$(dirname "$0")/sysctl.sh"
 
-sysctl -qw net.ipv6.conf.all.accept_dad=0
-sysctl -qw net.ipv6.conf.default.accept_dad=0
-sysctl -qw net.ipv6.conf.all.accept_ra=0
-sysctl -qw net.ipv6.conf.default.accept_ra=0
+sysctl_set net.ipv6.conf.all.accept_dad 0
+sysctl_set net.ipv6.conf.default.accept_dad 0
+sysctl_set net.ipv6.conf.all.accept_ra 0
+sysctl_set net.ipv6.conf.default.accept_ra 0
 # Crafted test packets use addresses that nobody owns; never let reverse-path filtering
 # drop them.
-sysctl -qw net.ipv4.conf.all.rp_filter=0
-sysctl -qw net.ipv4.conf.default.rp_filter=0
+sysctl_set net.ipv4.conf.all.rp_filter 0
+sysctl_set net.ipv4.conf.default.rp_filter 0
 
 if [ -n "${RSFC_CC:-}" ]; then
-  sysctl -qw net.ipv4.tcp_congestion_control="$RSFC_CC"
+  sysctl_set net.ipv4.tcp_congestion_control "$RSFC_CC"
 fi
 if [ -n "${RSFC_TIMESTAMPS:-}" ]; then
-  sysctl -qw net.ipv4.tcp_timestamps="$RSFC_TIMESTAMPS"
+  sysctl_set net.ipv4.tcp_timestamps "$RSFC_TIMESTAMPS"
 fi
 
 ip link set lo up

@@ -8,7 +8,7 @@ routes in place, rsfcd running on gw behind NFQUEUE, iperf3 serving on srv, and 
 upload over IPv4 and IPv6 from phone to server must go through rsfcd.
 
 What this does not cover: Docker itself (image build, compose, its iptables rules, its
-read-only /proc/sys handling) — see docker/README.md.
+read-only /proc/sys) — test_docker_lab.py runs the docker lab for real.
 Run as root: RSFC_BUILD_DIR=build /usr/bin/python3 -m pytest -q test/integration/test_docker_node.py
 """
 
@@ -107,6 +107,8 @@ class FakeDocker:
         env = dict(os.environ)
         env.update({k: str(v) for k, v in (svc.get("environment") or {}).items()})
         env["RSFCD_CONFIG"] = str(REPO / "docker" / "rsfcd-lab.yaml")  # work-tree path
+        env["RSFC_NODE_RUN_DIR"] = str(self.workdir / service)  # its ready file, not /run's
+        (self.workdir / service).mkdir(exist_ok=True)
         argv = ["ip", "netns", "exec", self.ns(service), sys.executable,
                 str(REPO / "docker" / "node.py"), *svc["command"]]
         if setup_only:
@@ -212,3 +214,6 @@ def test_node_py_builds_the_lab_in_docker_like_namespaces(fake_docker):
     assert m.value("rsfcd_flows_created_total") >= 4, rsfcd_metrics()
     assert m.value("rsfcd_flows_unregulated_total") == 0
     assert srv.poll() is None and gw.poll() is None
+    # Both entry points said they were ready (docker/lab.py waits for that).
+    for service in ("gw", "server"):
+        assert (fd.workdir / service / "rsfc-node.ready").exists(), service
