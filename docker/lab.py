@@ -35,7 +35,6 @@ rtt_under_load_p95_ms) on stdout, or into --json-line-file.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import shlex
@@ -53,6 +52,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "lab"))
 import scenarios  # noqa: E402
 import topo  # noqa: E402
+from measure import fmt, mean_rate, percentile, receiver_intervals  # noqa: E402
 
 COMPOSE_FILE = REPO / "docker" / "docker-compose.yml"
 SHIPPED_CONFIG = REPO / "conf" / "rsfcd.yaml"
@@ -66,25 +66,6 @@ FULL = {"policies": "off,rsfc,shipped", "kinds": "dl,ul,both", "duration": 40.0,
 SETUP_S = 12.0  # first guess of a test's overhead (compose down + up, readiness, linger)
 
 
-def lab_function(*candidates: str):
-    """A helper of lab/ that has lived under more than one name while lab/ is reorganised
-    ("module.name", first found wins). Fails with every name tried."""
-    for c in candidates:
-        mod, _, name = c.partition(".")
-        try:
-            f = getattr(importlib.import_module(mod), name, None)
-        except ImportError:
-            f = None
-        if f is not None:
-            return f
-    raise ImportError(f"lab/ has none of {', '.join(candidates)}: docker/lab.py needs updating")
-
-
-percentile = lab_function("measure.percentile", "scenarios._percentile")
-receiver_intervals = lab_function("measure.receiver_intervals", "scenarios.receiver_intervals",
-                                  "scenarios._receiver_intervals")
-mean_rate = lab_function("measure.mean_rate", "scenarios.mean_rate", "scenarios._mean_rate")
-fmt = lab_function("measure.fmt", "scenarios._fmt")
 
 
 def log(msg: str) -> None:

@@ -97,3 +97,27 @@ def jain(rates: list[float]) -> float | None:
     if not rates or any(r is None for r in rates) or sum(r * r for r in rates) == 0:
         return None
     return sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates))
+
+
+def receiver_intervals(report: dict, upload: bool) -> list[tuple[float, float, float]]:
+    """[(start_s, end_s, bits_per_second)] as the receiver saw them."""
+    src = report
+    if upload:
+        src = report.get("server_output_json") or {}
+    return [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"])
+            for i in src.get("intervals", [])]
+
+
+def mean_rate(intervals, warmup: float) -> float | None:
+    """Bytes the receiver got in order from `warmup` to the end of its stream, per second.
+    To the end, not to the nominal duration: after a drop-tail loss the receiver sees a gap
+    of a full buffer's time and then a burst, so a window cut at a fixed time would count
+    the gap but not the burst. The tail (the buffer draining after the sender stopped) runs
+    at the link rate."""
+    sel = [(e - s, bps) for s, e, bps in intervals if s >= warmup - 1e-6]
+    while sel and sel[-1][1] == 0:  # after the last byte (the server waits for TEST_END)
+        sel.pop()
+    total = sum(d for d, _ in sel)
+    if total <= 0:
+        return None
+    return sum(d * bps for d, bps in sel) / total / 1e6

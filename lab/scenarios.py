@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import topo as topo_mod  # noqa: E402
-from measure import fmt, payload_fraction, percentile  # noqa: E402
+from measure import fmt, mean_rate, payload_fraction, percentile, receiver_intervals  # noqa: E402
 from policies import POLICY_FORMS, check_policy, policy_config  # noqa: E402
 from shaping import LINKS, LinkSpec, Shaping  # noqa: E402
 
@@ -143,30 +143,6 @@ class _BusyMeter:
         return frac(u1 - u0, self.link.up.rate_bps), frac(d1 - d0, self.link.down.rate_bps)
 
 
-def _receiver_intervals(report: dict, upload: bool) -> list[tuple[float, float, float]]:
-    """[(start_s, end_s, bits_per_second)] as the receiver saw them."""
-    src = report
-    if upload:
-        src = report.get("server_output_json") or {}
-    return [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"])
-            for i in src.get("intervals", [])]
-
-
-def _mean_rate(intervals, warmup: float) -> float | None:
-    """Bytes the receiver got in order from `warmup` to the end of its stream, per second.
-    To the end, not to the nominal duration: after a drop-tail loss the receiver sees a gap
-    of a full buffer's time and then a burst, so a window cut at a fixed time would count
-    the gap but not the burst. The tail (the buffer draining after the sender stopped) runs
-    at the link rate."""
-    sel = [(e - s, bps) for s, e, bps in intervals if s >= warmup - 1e-6]
-    while sel and sel[-1][1] == 0:  # after the last byte (the server waits for TEST_END)
-        sel.pop()
-    total = sum(d for d, _ in sel)
-    if total <= 0:
-        return None
-    return sum(d * bps for d, bps in sel) / total / 1e6
-
-
 def _wait_listening(t: topo_mod.Topology, role: str, port: int, timeout: float = 5) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -262,8 +238,8 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
             continue
         if report.get("error"):
             res.errors.append(f"{key}: iperf3: {report['error']}")
-        iv = _receiver_intervals(report, upload)
-        rate = _mean_rate(iv, warmup)
+        iv = receiver_intervals(report, upload)
+        rate = mean_rate(iv, warmup)
         if key == "dl":
             res.dl_intervals, res.dl_mbps = iv, rate
         else:
