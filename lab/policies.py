@@ -82,10 +82,10 @@ def policy_config(policy: str) -> dict | None:
         return None
     down = {"policy": "off"}
     if policy.startswith("static:"):
-        return {"uplink": {"policy": "static", "static_window_bytes": int(policy[7:])},
+        return {"uplink": {"policy": "static", "static_window_bytes": _bytes(policy)},
                 "downlink": down}
     if policy.startswith("static2:"):  # both knobs, one value
-        size = int(policy[8:])
+        size = _bytes(policy)
         return {"uplink": {"policy": "static", "static_window_bytes": size},
                 "downlink": {"policy": "static", "static_window_bytes": size}}
     if policy == "shipped":
@@ -112,6 +112,14 @@ def policy_config(policy: str) -> dict | None:
         rsfc = parse_overrides(policy[5:-1])
         return {"uplink": {"policy": "rsfc"}, "downlink": down} | ({"rsfc": rsfc} if rsfc else {})
     raise ValueError(f"unknown policy {policy!r} ({POLICY_FORMS})")
+
+
+def _bytes(policy: str) -> int:
+    """The BYTES of "static:BYTES" / "static2:BYTES" (decimal digits)."""
+    text = policy.partition(":")[2]
+    if not text.isdigit():
+        raise ValueError(f"policy {policy!r}: BYTES must be a decimal number of bytes")
+    return int(text)
 
 
 def shipped_config(path: Path = SHIPPED_CONFIG) -> dict:
