@@ -441,8 +441,8 @@ def plot_suite(out: dict, d: Path) -> list[Path]:
                  f"of {out['runs']} run(s))\nmarker area = the phone's RTT p95 under load; "
                  f"shaded = the targets' throughput corner", y=1 - 0.05 / h, va="top")
     fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 11),
-               bbox_to_anchor=(0.5, 1 - 0.5 / h), frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.85 / h))
+               bbox_to_anchor=(0.5, 1 - 0.45 / h), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.7 / h))
     return [_save(fig, d / "suite-summary.png")]
 
 
