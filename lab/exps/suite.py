@@ -562,8 +562,8 @@ def _miss_text(chk: dict) -> str:
 
 
 def fmt_bytes(n: int) -> str:
-    """1048576 -> 1 MiB, 262144 -> 256 KiB, 125000 -> 125 KB."""
-    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10), ("MB", 10 ** 6), ("KB", 10 ** 3)):
+    """1000000 -> 1 MB, 512000 -> 512 KB, 1048576 -> 1 MiB, 262144 -> 256 KiB."""
+    for unit, size in (("MB", 10 ** 6), ("KB", 10 ** 3), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n and n % size == 0:
             return f"{n // size} {unit}"
     return f"{n} B"

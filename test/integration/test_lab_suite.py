@@ -307,6 +307,8 @@ def test_the_table(tmp_path, fake_lab):
     assert "columns: 32K = static2:32768, 64K = static2:65536" in text
     assert "\n3g: up 2 Mbit/s 1 MiB, down 7.2 Mbit/s 256 KiB, base RTT 40 ms" in text
     assert "2g: up 0.1 Mbit/s 125 KB, down 0.1 Mbit/s 125 KB, base RTT 200 ms" in text
+    assert f"\numts@{_umts_mean_s()}s: TMobile-UMTS-driving from {_umts_mean_s()} s (mean " \
+           f"window), buffers up 1 MB / down 512 KB, base RTT 50 ms" in text
     lines = text.splitlines()
     head = lines[[i for i, x in enumerate(lines) if x.startswith("3g: ")][0] + 1].split()
     assert head == ["off", "32K", "64K*", "shipped"]
