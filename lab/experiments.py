@@ -10,11 +10,13 @@ and `rsfc` in one run, prints a table and writes JSON (and plots) into lab/out/.
     sudo /usr/bin/python3 lab/experiments.py changes     # ~10 min
     sudo /usr/bin/python3 lab/experiments.py stacks      # ~10 min
     sudo /usr/bin/python3 lab/experiments.py uploads     # ~9 min
+    sudo /usr/bin/python3 lab/experiments.py suite       # hours (estimate printed); --resume
     sudo /usr/bin/python3 lab/experiments.py SCENARIO --duration 120   # longer tests
     /usr/bin/python3 lab/experiments.py --show lab/out/trace-....json  # table of a saved run
 
 This file is the command line; each experiment is a module of lab/exps/ (trace.py, web.py,
-fairness.py, changes.py, stacks.py, uploads.py) on the shared test bench lab/exps/bench.py:
+fairness.py, changes.py, stacks.py, uploads.py, suite.py) on the shared test bench
+lab/exps/bench.py:
 lab/topo.py's namespaces (phone ── bs ── gw ── srv, rsfcd on gw) with the link of
 lab/shaping.py, the rsfcd configs of lab/policies.py and lab/traffic.py's flows and pings
 (real kernel TCP; throughput from the sender's tcp_info `delivered` count, SACK-aware, so
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -35,14 +38,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import topo as topo_mod  # noqa: E402
-from exps import changes, fairness, stacks, trace, uploads, web  # noqa: E402
+from exps import changes, fairness, stacks, suite, trace, uploads, web  # noqa: E402
 from policies import check_policy  # noqa: E402
 from shaping import linkem_binary  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "lab" / "out"
 EXPERIMENTS = {"trace": trace, "web": web, "fairness": fairness, "changes": changes,
-               "stacks": stacks, "uploads": uploads}
+               "stacks": stacks, "uploads": uploads, "suite": suite}
 
 
 def format_any(out: dict) -> str:
@@ -65,10 +68,21 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--trace-offset", type=float,
                     help="trace: start the traces this many seconds in (default: the "
                          "representative window, see representative_offset)")
+    ap.add_argument("--cells", help="suite: cells, comma-separated (names such as 3g, 2g, "
+                    "umts@80s; a trace's prefix umts, evdo, lte-short; constant, traces; "
+                    "default all)")
+    ap.add_argument("--policies", help="suite: the policies instead of the default list (off "
+                    "is always run: it is the baseline), comma-separated")
+    ap.add_argument("--runs", type=int, default=3, help="suite: runs per cell (default 3)")
+    ap.add_argument("--resume", action="store_true",
+                    help="suite: skip the tests already in WORKDIR/suite/results.jsonl")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="suite: print the tests and the estimated time, run nothing")
     ap.add_argument("--json", help="output file (default lab/out/<scenario>-<time>.json)")
     ap.add_argument("--workdir", default="/tmp/rsfc-lab4", help="logs, configs, decision logs")
     ap.add_argument("--no-plots", action="store_true", help="skip lab/plots.py")
-    ap.add_argument("--show", metavar="JSON", help="print the table of a saved run")
+    ap.add_argument("--show", metavar="JSON", help="print the table of a saved run (suite: "
+                    "also its results.jsonl, while it runs or after it stopped)")
     ap.add_argument("--recompute", action="store_true",
                     help="with --show: derive the summary from the saved samples again "
                          "(fairness, uploads)")
@@ -76,6 +90,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _show(ap: argparse.ArgumentParser, a) -> int:
+    if a.show.endswith(".jsonl"):
+        print(suite.report(suite.from_jsonl(Path(a.show))))
+        return 0
     out = json.loads(Path(a.show).read_text())
     if a.recompute:
         summarize = getattr(EXPERIMENTS[out["scenario"]], "summarize", None)
@@ -95,11 +112,26 @@ def main(argv=None) -> int:
         ap.error("a scenario is needed (or --show)")
     a.statics = [int(x) for x in a.statics.split(",")] if a.statics else None
     a.extra_policies = [p.strip() for p in (a.extra_policies or "").split(",") if p.strip()]
-    for p in a.extra_policies:
+    checked = list(a.extra_policies)
+    if a.scenario == "suite":
+        if a.runs < 1:
+            ap.error("--runs must be at least 1")
+        checked = suite.suite_policies(a)
+        try:
+            suite.select_cells(a.cells, a.duration or suite.DEFAULT_DURATION_S,
+                               a.warmup or suite.DEFAULT_WARMUP_S)
+        except ValueError as e:
+            ap.error(str(e))
+    for p in checked:
         try:
             check_policy(p)  # reject a bad policy before running anything
         except ValueError as e:
             ap.error(str(e))
+    if a.dry_run:
+        if a.scenario != "suite":
+            ap.error("--dry-run: suite only")
+        print(suite.make_plan(a).text())
+        return 0
     if a.duration and a.warmup and a.warmup >= a.duration:
         ap.error("--warmup must be shorter than --duration")
     topo_mod.require_root_and_tools(("ip", "iptables-legacy", "ip6tables-legacy", "sysctl", "tc",
@@ -111,6 +143,7 @@ def main(argv=None) -> int:
     if a.scenario == "stacks":
         topo_mod.ensure_host_cc_allowed("bbr")
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    a.git = git_state()
     out_path = Path(a.json) if a.json else OUT_DIR / f"{a.scenario}-{stamp}.json"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
@@ -119,8 +152,8 @@ def main(argv=None) -> int:
     out = experiment.run(a, log)
     out["meta"] = {"time": stamp, "kernel": os.uname().release, "wall_s": round(
         time.monotonic() - t_start), "rsfcd": str(topo_mod.rsfcd_binary()),
-        "git": subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-                              capture_output=True, text=True).stdout.strip()}
+        "git": a.git["describe"], "commit": a.git["commit"], "dirty": a.git["dirty"],
+        "command": command_line(), "cwd": os.getcwd()}
     out_path.write_text(json.dumps(out))
     print(experiment.report(out))
     print(f"(JSON: {out_path}; {out['meta']['wall_s']} s)")
@@ -133,6 +166,23 @@ def main(argv=None) -> int:
             print(f"(no plots: {e})")
     errors = [e for e in _all_errors(out)]
     return 1 if errors else 0
+
+
+def git_state() -> dict:
+    """The tree the run measures: HEAD's commit, `git describe`, and whether tracked files
+    differ from it."""
+    def git(*args) -> str:
+        return subprocess.run(["git", "-c", "safe.directory=*", "-C", str(REPO), *args],
+                              capture_output=True, text=True).stdout.strip()
+    return {"commit": git("rev-parse", "HEAD"), "describe": git("describe", "--always", "--dirty"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def command_line() -> str:
+    """The command that ran, as one shell line (with RSFC_BUILD_DIR / RSFC_TRACES_DIR)."""
+    env = [f"{k}={shlex.quote(os.environ[k])}" for k in ("RSFC_BUILD_DIR", "RSFC_TRACES_DIR")
+           if k in os.environ]
+    return " ".join(env + [shlex.quote(sys.executable)] + [shlex.quote(x) for x in sys.argv])
 
 
 def _all_errors(obj):

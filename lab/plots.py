@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -391,8 +392,63 @@ def plot_uploads(out: dict, d: Path) -> list[Path]:
                                   d / "uploads-summary.png")]
 
 
+def _p95_size(p95_ms: float | None) -> float:
+    """Marker area for a p95: 10 at 10 ms (and below), +100 per decade."""
+    return 10 + 100 * max(0.0, math.log10(max(p95_ms or 10.0, 10.0) / 10))
+
+
+def plot_suite(out: dict, d: Path) -> list[Path]:
+    """One figure: per cell a panel of download % against upload % (medians, % of the
+    unregulated rates alone), one marker per policy, its area the phone's p95 under load;
+    the targets' throughput corner shaded (90/90, 2g 80/80, traces 85/80)."""
+    S, pols = out["summary"], out["policies"]
+    cells = list(S)
+    lab = out.get("labels") or {p: p for p in pols}  # the suite table's column heads
+    ncol = min(5, max(1, len(cells)))
+    nrow = -(-len(cells) // ncol)
+    fig, axs = plt.subplots(nrow, ncol, figsize=(max(9.0, 3.2 * ncol), 3.0 * nrow + 1.2),
+                            squeeze=False)
+    colors = {p: POLICY_COLORS.get(p, COLORS[i % len(COLORS)]) for i, p in enumerate(pols)}
+    statics = [p for p in pols if p.startswith("static")]
+    for i, p in enumerate(statics):  # the clamps: one hue, darker for larger windows
+        colors[p] = plt.cm.Oranges(0.35 + 0.6 * i / max(1, len(statics) - 1))
+    top = 5 + max([100 * (S[c][p][f] or {}).get("median", 0) for c in cells for p in pols
+                   for f in ("dl_pct", "ul_pct") if S[c][p][f]] + [100])
+    for ax, cell in zip(axs.flat, cells):
+        kind = out["cells"][cell]["kind"]
+        lo_dl, lo_ul = {"2g": (80, 80), "trace": (85, 80)}.get(kind, (90, 90))
+        ax.axvspan(lo_dl, top, ymin=lo_ul / top, color="tab:green", alpha=0.08, lw=0)
+        for p in pols:
+            s = S[cell][p]
+            if s["dl_pct"] is None or s["ul_pct"] is None:
+                continue
+            ax.scatter(100 * s["dl_pct"]["median"], 100 * s["ul_pct"]["median"],
+                       s=_p95_size((s["load_p95"] or {}).get("median")), color=colors[p],
+                       edgecolor="k", lw=0.4, alpha=0.85, label=lab[p], zorder=3)
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_title(cell)
+        ax.set_xlabel("download w/ upload [% alone]")
+        ax.set_ylabel("upload w/ download [% alone]")
+    for ax in list(axs.flat)[len(cells):]:
+        ax.axis("off")
+    handles = [plt.scatter([], [], s=60, color=colors[p], edgecolor="k", lw=0.4, label=lab[p])
+               for p in pols]
+    handles += [plt.scatter([], [], s=_p95_size(v), color="w", edgecolor="k", lw=0.6,
+                            label=f"p95 {v / 1000:g} s") for v in (100, 1000, 10000)]
+    h = fig.get_figheight()
+    fig.suptitle(f"suite: download against upload, % of the unregulated rates alone (medians "
+                 f"of {out['runs']} run(s))\nmarker area = the phone's RTT p95 under load; "
+                 f"shaded = the targets' throughput corner", y=1 - 0.05 / h, va="top")
+    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 11),
+               bbox_to_anchor=(0.5, 1 - 0.45 / h), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.7 / h))
+    return [_save(fig, d / "suite-summary.png")]
+
+
 PLOTTERS = {"trace": plot_trace, "web": plot_web, "fairness": plot_fairness,
-            "changes": plot_changes, "stacks": plot_stacks, "uploads": plot_uploads}
+            "changes": plot_changes, "stacks": plot_stacks, "uploads": plot_uploads,
+            "suite": plot_suite}
 
 
 def plot_run(json_path: Path, out_dir: Path = OUT) -> list[Path]:

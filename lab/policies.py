@@ -5,9 +5,17 @@ knob is off unless the policy says otherwise). Used by lab/scenarios.py and lab/
     none                      no rsfcd (and no NFQUEUE rules on the gateway)
     off, observe, rsfc        uplink.policy
     static:BYTES              uplink.policy static, static_window_bytes BYTES
+    static2:BYTES             both knobs static at BYTES (the downlink one is what Android's
+                              tcp_rmem_max does on the phone)
     rsfc[key=value;...]       rsfc with rsfc.* overrides
     rsfc+drwa                 rsfc on the uplink knob, DRWA on the downlink knob
     rsfc+drwa[key=value;...]  with drwa.* overrides; keys "rsfc.KEY" override rsfc.*
+    off+drwa                  DRWA on the downlink knob alone (the uplink knob off)
+    off+drwa[key=value;...]   with drwa.* overrides
+    shipped                   the regulation keys of conf/rsfcd.yaml as it is in the tree
+                              (both knobs, min_window_bytes, rsfc, drwa, ...; not the keys of
+                              the machine it runs on: queues, subscriber_networks, flows,
+                              queue, metrics, log, decision_log)
 
 A dotted key nests: rsfc[tuning.probe_below=0.3] sets rsfc.tuning.probe_below (the control
 law's experimental block), rsfc+drwa[rsfc.tuning.probe_below=0.3;lambda=2] the same and
@@ -24,8 +32,14 @@ from pathlib import Path
 
 import topo as topo_mod
 
-POLICY_FORMS = ("none, off, observe, static:BYTES, rsfc, rsfc[key=value;...], rsfc+drwa, "
-                "rsfc+drwa[key=value;...]")
+POLICY_FORMS = ("none, off, observe, static:BYTES, static2:BYTES, rsfc, rsfc[key=value;...], "
+                "rsfc+drwa, rsfc+drwa[key=value;...], off+drwa, off+drwa[key=value;...], "
+                "shipped")
+SHIPPED_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "rsfcd.yaml"
+# Keys of conf/rsfcd.yaml that describe the machine rsfcd runs on rather than how it
+# regulates: the lab sets its own (topo.DEFAULT_CONFIG, the decision log per test).
+MACHINE_KEYS = ("queues", "subscriber_networks", "flows", "queue", "metrics", "log",
+                "decision_log")
 
 
 def parse_value(text: str):
@@ -68,8 +82,18 @@ def policy_config(policy: str) -> dict | None:
         return None
     down = {"policy": "off"}
     if policy.startswith("static:"):
-        return {"uplink": {"policy": "static", "static_window_bytes": int(policy[7:])},
+        return {"uplink": {"policy": "static", "static_window_bytes": _bytes(policy)},
                 "downlink": down}
+    if policy.startswith("static2:"):  # both knobs, one value
+        size = _bytes(policy)
+        return {"uplink": {"policy": "static", "static_window_bytes": size},
+                "downlink": {"policy": "static", "static_window_bytes": size}}
+    if policy == "shipped":
+        return shipped_config()
+    if policy == "off+drwa" or (policy.startswith("off+drwa[") and policy.endswith("]")):
+        drwa = parse_overrides(policy[9:-1]) if policy.endswith("]") else {}
+        return {"uplink": {"policy": "off"}, "downlink": {"policy": "drwa"}} | (
+            {"drwa": drwa} if drwa else {})
     if policy in ("off", "observe", "rsfc"):
         return {"uplink": {"policy": policy}, "downlink": down}
     if policy == "rsfc+drwa":  # both knobs: RSFC on the uplink, DRWA on the downlink
@@ -90,6 +114,33 @@ def policy_config(policy: str) -> dict | None:
     raise ValueError(f"unknown policy {policy!r} ({POLICY_FORMS})")
 
 
+def _bytes(policy: str) -> int:
+    """The BYTES of "static:BYTES" / "static2:BYTES" (decimal digits)."""
+    text = policy.partition(":")[2]
+    if not text.isdigit():
+        raise ValueError(f"policy {policy!r}: BYTES must be a decimal number of bytes")
+    return int(text)
+
+
+def shipped_config(path: Path = SHIPPED_CONFIG) -> dict:
+    """The regulation keys of a configuration file (default conf/rsfcd.yaml): all but
+    MACHINE_KEYS (and rsfc.decision_log, the former place of the decision log). A knob's
+    policy written as a bare `off` (YAML 1.1's false, which rsfcd reads as "off") is "off".
+    ValueError if the file is not a mapping."""
+    import yaml  # PyYAML, only for this policy
+
+    doc = yaml.safe_load(Path(path).read_text())
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not a YAML mapping")
+    cfg = {k: v for k, v in doc.items() if k not in MACHINE_KEYS}
+    for knob in ("uplink", "downlink"):
+        if isinstance(cfg.get(knob), dict) and cfg[knob].get("policy") is False:
+            cfg[knob] = dict(cfg[knob], policy="off")
+    if isinstance(cfg.get("rsfc"), dict) and "decision_log" in cfg["rsfc"]:
+        cfg["rsfc"] = {k: v for k, v in cfg["rsfc"].items() if k != "decision_log"}
+    return cfg
+
+
 def check_policy(policy: str) -> None:
     """Rejects a bad policy before anything runs: ValueError for a string policy_config does
     not know, and, when the rsfcd binary is built, for a configuration rsfcd --check-config
@@ -108,8 +159,10 @@ def check_policy(policy: str) -> None:
 
 
 def wants_decision_log(policy: str) -> bool:
-    """The policies whose controller decisions rsfcd can log (observe and the rsfc ones)."""
-    return policy == "observe" or policy.startswith("rsfc")
+    """The policies whose controller decisions rsfcd can log: the uplink knob observe or
+    rsfc (`observe`, the rsfc ones, `shipped` when conf/rsfcd.yaml runs rsfc)."""
+    cfg = policy_config(policy)
+    return cfg is not None and (cfg.get("uplink") or {}).get("policy") in ("observe", "rsfc")
 
 
 def with_decision_log(cfg: dict, path: Path) -> dict:

@@ -22,9 +22,10 @@ fail-open, queue numbers of the bs namespace's own).
         ...
         print(s.linkem_stats())
 
-The named links (LINKS: 3g, lte) are the ones lab/scenarios.py's scenarios run on. Capacity
-traces (Mahimahi format) are lab/traces/NAME.{up,down} (traces_dir, trace_path); TraceFile
-counts the delivery opportunities a trace offers in a window, as rsfc-linkem plays it.
+The named links (LINKS: 3g, lte, 2g) are the ones lab/scenarios.py's scenarios and the
+suite (lab/exps/suite.py) run on. Capacity traces (Mahimahi format) are
+lab/traces/NAME.{up,down} (traces_dir, trace_path); TraceFile counts the delivery
+opportunities a trace offers in a window, as rsfc-linkem plays it.
 
 CLI (on a topology left up by `lab/topo.py up --name X`):
     lab/shaping.py apply --name X --scenario 3g      # stays in the foreground until Ctrl-C
@@ -73,6 +74,13 @@ class Direction:
                 parts.append(f"buffer={self.buffer_bytes}")
         return ",".join(parts)
 
+    def buffer_s(self, rate_bps: float | None = None) -> float | None:
+        """Seconds a full buffer takes to drain at the direction's rate (or `rate_bps`,
+        e.g. a trace's mean): the most queueing delay this direction can add. None without
+        a buffer limit or a rate."""
+        rate = rate_bps or self.rate_bps
+        return self.buffer_bytes * 8 / rate if self.buffer_bytes and rate else None
+
 
 @dataclass
 class LinkSpec:
@@ -96,10 +104,14 @@ class LinkSpec:
 
 KIB, MIB = 1024, 1024 * 1024
 
-# The named cellular links (lab/scenarios.py's scenarios run on them).
+# The named cellular links (lab/scenarios.py's scenarios and the suite of lab/exps/suite.py
+# run on them). 2g: as phones in developing markets see it, 100 kbit/s both ways, 200 ms
+# base RTT, 10 s of drop-tail buffer each way (125 000 bytes); its bandwidth-delay product
+# (2500 bytes) is under two segments.
 LINKS = {
     "3g": LinkSpec.symmetric_rtt(2_000_000, 1 * MIB, 7_200_000, 256 * KIB, 40),
     "lte": LinkSpec.symmetric_rtt(10_000_000, 2 * MIB, 30_000_000, 1 * MIB, 60),
+    "2g": LinkSpec.symmetric_rtt(100_000, 125_000, 100_000, 125_000, 200),
 }
 
 
