@@ -200,8 +200,9 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   const bool tracked = params_.uplink.policy != Policy::kOff ||
                        params_.downlink.policy != Policy::kOff;  // else nothing to regulate
   const uint32_t idx = tracked ? flow_of(v, r, now) : kNoFlow;
-  if (idx != kNoFlow) {  // kNoFlow: not tracked, or a stray RST (nothing to learn from it)
-    track_lifecycle(idx, v, now, r);
+  // kNoFlow: not tracked, or a stray RST (nothing to learn from it). A SYN or SYN-ACK the
+  // flow does not take stops at the lifecycle: passed untouched, nothing fed.
+  if (idx != kNoFlow && track_lifecycle(idx, v, now, r)) {
     feed_regulators(idx, v, r.direction, now);
     apply_knob(pkt, v, idx, now, meta, r);
   }
@@ -282,17 +283,17 @@ uint32_t Engine::add_flow(const FlowKey& key, uint32_t h, const PacketView& v, D
 // --- Track the TCP lifecycle -------------------------------------------------------------
 
 // Handshake (ISNs, options, window scales, first right edges), FIN and RST; the flow's
-// class follows (timeouts: expire()).
-[[gnu::always_inline]] inline void Engine::track_lifecycle(uint32_t idx, const PacketView& v,
+// class follows (timeouts: expire()). False when the packet is a SYN or SYN-ACK the flow
+// does not take (on_syn, on_syn_ack): it is passed untouched and nothing learns from it.
+[[gnu::always_inline]] inline bool Engine::track_lifecycle(uint32_t idx, const PacketView& v,
                                                            Nanos now, PacketResult& r) {
   const Direction dir = r.direction;
   Flow& f = flows_->at(idx);
   Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
   if (v.syn() && !v.ack_flag()) {
-    if (on_syn(idx, v, dir, now)) r.new_flow = true;
+    if (!on_syn(idx, v, dir, now, r)) return false;
   } else if (v.syn()) {
-    learn_syn(sender, v);
-    learn_syn_ack(f, v, dir);
+    if (!on_syn_ack(idx, v, dir, r.new_flow)) return false;
   } else if (v.rst()) {
     f.state = FlowState::kClosed;
     flows_->set_class(idx, FlowClass::kClosed);
@@ -312,32 +313,69 @@ uint32_t Engine::add_flow(const FlowKey& key, uint32_t h, const PacketView& v, D
     f.bytes_to_sub += v.payload_len;
   else
     f.bytes_from_sub += v.payload_len;
+  return true;
 }
 
-// A SYN (without ACK). One with another ISN on an established or closed tuple means the
-// ports were reused: the flow starts over in its slot (returns true).
-bool Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now) {
+// A SYN (without ACK). It (re-)learns its sender only as a valid new handshake:
+// - the flow's first packet, or a SYN on a flow first seen mid-stream (nothing known yet);
+// - during the handshake, the first SYN of the other side (simultaneous open) or a
+//   retransmission with the same ISN (its options may differ: stacks drop them on retries);
+// - as a reuse of the ports, when the flow starts over in its slot (r.new_flow): on a closed
+//   flow (FIN both ways or RST) any other ISN; on an established flow only an ISN beyond the
+//   sender's old sequence space, after the right edge last advertised to it (Linux takes a
+//   SYN in TIME-WAIT on the same condition, tcp_timewait_state_process). A SYN inside that
+//   space is what RFC 5961 4.2 answers with a challenge ACK: a genuine endpoint that reused
+//   the ports then sends a RST, which closes the flow here, and its next SYN restarts it.
+//   A blind sender can still restart a flow with a far ISN, but that only leaves the flow
+//   unregulated: its scales come back only with a SYN-ACK answering that ISN (on_syn_ack).
+// Everything else is ignored; counted, unless it repeats the ISN already learned.
+bool Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now, PacketResult& r) {
   Flow& f = flows_->at(idx);
   Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
-  const bool reused = sender.syn_seen && sender.isn != v.seq &&
-                      (f.state == FlowState::kEstablished || f.state == FlowState::kClosed);
-  if (reused) {
-    Flow fresh;
-    fresh.key = f.key;
-    fresh.created = fresh.last_seen = now;
-    fresh.hash = f.hash;
-    fresh.lru_prev = f.lru_prev;
-    fresh.lru_next = f.lru_next;
-    fresh.cls = f.cls;
-    fresh.in_use = true;
-    f = fresh;
+  const bool repeat = sender.syn_seen && sender.isn == v.seq;
+  const bool open = f.state == FlowState::kSynSeen || f.state == FlowState::kSynAckSeen;
+  const bool beyond = sender.edge_valid && seq_gt(v.seq, sender.right_edge);
+  const bool restart =
+      !repeat && (f.state == FlowState::kClosed || (f.state == FlowState::kEstablished && beyond));
+  const bool takes = r.new_flow || restart || f.state == FlowState::kMidstream ||
+                     (open && (!sender.syn_seen || repeat));
+  if (!takes) {
+    if (!repeat) counters_.handshake_ignored[static_cast<size_t>(HandshakeKind::kSyn)].add();
+    return false;
+  }
+  if (restart) {
+    flows_->restart(idx, now);
     reset_flow_state(idx);
+    r.new_flow = true;
   }
   learn_syn(sender, v);
-  if (f.state == FlowState::kMidstream) f.state = FlowState::kSynSeen;
-  f.sub_initiated = dir == Direction::kFromSubscriber;
+  if (f.state == FlowState::kMidstream || restart) {
+    f.state = FlowState::kSynSeen;
+    f.sub_initiated = dir == Direction::kFromSubscriber;
+  }
   flows_->set_class(idx, FlowClass::kTentative);
-  return reused;
+  return true;
+}
+
+// A SYN-ACK re-learns its sender, and sets the window scales, only as the answer to the SYN
+// seen the other way (ack == that SYN's ISN + 1) while the flow is in its handshake (SYN or
+// SYN-ACK seen, not yet ACKed). The flow's first packet is learned from as before (its
+// handshake was not seen: nothing is in force). Anything else is ignored and counted, but a
+// retransmission with the ISN and ACK already seen (the final ACK was lost) only ignored.
+bool Engine::on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool first) {
+  Flow& f = flows_->at(idx);
+  Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
+  const Endpoint& receiver = dir == Direction::kToSubscriber ? f.sub : f.peer;
+  const bool answers = receiver.syn_seen && v.ack == receiver.isn + 1;
+  const bool open = f.state == FlowState::kSynSeen || f.state == FlowState::kSynAckSeen;
+  if (first || (open && answers)) {
+    learn_syn(sender, v);
+    learn_syn_ack(f, v, dir);
+    return true;
+  }
+  const bool repeat = sender.syn_seen && sender.isn == v.seq && (answers || !receiver.syn_seen);
+  if (!repeat) counters_.handshake_ignored[static_cast<size_t>(HandshakeKind::kSynAck)].add();
+  return false;
 }
 
 // --- Feed the regulators -----------------------------------------------------------------

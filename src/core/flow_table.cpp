@@ -137,6 +137,19 @@ void FlowTable::set_class(uint32_t idx, FlowClass cls) {
   list_push_front(idx);
 }
 
+void FlowTable::restart(uint32_t idx, Nanos now) {
+  Flow& f = flows_[idx];
+  Flow fresh;
+  fresh.key = f.key;
+  fresh.created = fresh.last_seen = now;
+  fresh.hash = f.hash;
+  fresh.lru_prev = f.lru_prev;
+  fresh.lru_next = f.lru_next;
+  fresh.cls = f.cls;
+  fresh.in_use = true;
+  f = fresh;
+}
+
 void FlowTable::remove(uint32_t idx) {
   bucket_erase(idx);
   list_unlink(idx);

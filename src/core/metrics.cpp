@@ -37,6 +37,18 @@ const char* to_string(Outcome o) {
   return "unknown";
 }
 
+const char* to_string(HandshakeKind k) {
+  switch (k) {
+    case HandshakeKind::kSyn:
+      return "syn";
+    case HandshakeKind::kSynAck:
+      return "syn_ack";
+    case HandshakeKind::kCount:
+      break;
+  }
+  return "unknown";
+}
+
 void LatencyHistogram::observe(uint64_t ns) {
   size_t i = 0;
   while (i < kBoundsNs.size() && ns > kBoundsNs[i]) ++i;
@@ -289,6 +301,25 @@ void rsfc_state_family(Writer& w, const std::vector<QueueMetricsView>& qs) {
   }
 }
 
+// SYNs and SYN-ACKs the engine did not take as a valid new handshake.
+void handshake_family(Writer& w, const std::vector<QueueMetricsView>& qs) {
+  const char* name = "rsfcd_handshake_ignored_total";
+  w.family(name, "counter",
+           "SYNs and SYN-ACKs ignored (passed untouched, flow state unchanged) because they were "
+           "not a valid new handshake for their flow: a SYN-ACK not answering the SYN seen the "
+           "other way or after the handshake, a SYN on an established flow or with another "
+           "ISN during the handshake. Retransmissions with the values already seen are not "
+           "counted.");
+  for (const auto& q : qs) {
+    if (q.core == nullptr) continue;
+    for (size_t k = 0; k < q.core->handshake_ignored.size(); ++k) {
+      w.sample(name,
+               qlabel(q.queue) + "," + label("kind", to_string(static_cast<HandshakeKind>(k))),
+               q.core->handshake_ignored[k].get());
+    }
+  }
+}
+
 void processing_time_family(Writer& w, const std::vector<QueueMetricsView>& qs) {
   const char* h = "rsfcd_packet_processing_seconds";
   w.family(h, "histogram", "Time per packet from parse to verdict built.");
@@ -328,6 +359,7 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
   packet_families(w, qs);
   clamp_families(w, qs);
   queue_families(w, qs, &QueueMetricsView::core, kFlowFamilies);
+  handshake_family(w, qs);
   rsfc_state_family(w, qs);
   queue_families(w, qs, &QueueMetricsView::core, kRegulatorFamilies);
   queue_families(w, qs, &QueueMetricsView::io, kQueueFamilies);

@@ -85,12 +85,13 @@ class Engine {
   // (one call each per packet would cost ~10 % of the packet's time).
   inline bool classify(std::span<const uint8_t> pkt, PacketView& v, PacketResult& r);
   inline uint32_t flow_of(const PacketView& v, PacketResult& r, Nanos now);
-  inline void track_lifecycle(uint32_t idx, const PacketView& v, Nanos now, PacketResult& r);
+  inline bool track_lifecycle(uint32_t idx, const PacketView& v, Nanos now, PacketResult& r);
   inline void feed_regulators(uint32_t idx, const PacketView& v, Direction dir, Nanos now);
   inline void apply_knob(std::span<uint8_t> pkt, PacketView& v, uint32_t idx, Nanos now,
                          PacketMeta meta, PacketResult& r);
   uint32_t add_flow(const FlowKey& key, uint32_t h, const PacketView& v, Direction dir, Nanos now);
-  bool on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now);
+  bool on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now, PacketResult& r);
+  bool on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool first);
   // Parts of apply_knob.
   inline const DirectionParams& knob_params(Direction dir) const;
   inline uint64_t knob_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,

@@ -105,6 +105,9 @@ class FlowTable {
   // Marks the flow as just seen (moves it to the front of its class list).
   void touch(uint32_t idx, Nanos now);
   void set_class(uint32_t idx, FlowClass cls);
+  // Starts the flow over in its slot (its ports were reused): all but its key and the
+  // table's bookkeeping back to defaults, created and last seen `now`.
+  void restart(uint32_t idx, Nanos now);
   void remove(uint32_t idx);
 
   // Removes flows of class `cls` not seen since `before`, oldest first; calls

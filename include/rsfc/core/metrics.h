@@ -42,6 +42,11 @@ enum class Outcome : uint8_t {
 };
 const char* to_string(Outcome o);
 
+// A SYN or SYN-ACK the engine did not accept as a valid new handshake (ignored: passed
+// untouched, nothing learned, the regulators not fed).
+enum class HandshakeKind : uint8_t { kSyn = 0, kSynAck, kCount };
+const char* to_string(HandshakeKind k);  // "syn" / "syn_ack"
+
 // Log-spaced latency histogram (nanoseconds), Prometheus style cumulative on export.
 class LatencyHistogram {
  public:
@@ -73,6 +78,8 @@ struct CoreCounters {
   Counter flows_no_timestamps;
   Counter flows_active;      // gauge
   Counter flows_table_full;  // new flow refused because eviction found nothing
+  // SYNs and SYN-ACKs ignored on a flow they do not fit (spoofed, or too late to matter).
+  std::array<Counter, static_cast<size_t>(HandshakeKind::kCount)> handshake_ignored{};
   // RSFC/DRWA health, gauges of flows per controller state etc. are added by the engine.
   std::array<Counter, 4> rsfc_flows_in_state{};  // indexed by RsfcState
   Counter rsfc_windows_applied;
