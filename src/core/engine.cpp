@@ -129,7 +129,8 @@ void describe_downlink(DecisionRecord& rec, const DownlinkRegulator& dr) {
 Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_seed)
     : params_(params),
       flows_(std::make_unique<FlowTable>(flows_max, hash_seed)),
-      subscribers_(std::make_unique<SubscriberTable>(flows_max)) {
+      // One entry per tracked flow at most, plus the one of a flow being added to a full table.
+      subscribers_(std::make_unique<SubscriberTable>(flows_max + 1)) {
   regs_.reserve(flows_max);
 }
 
@@ -150,8 +151,7 @@ size_t Engine::active_flows() const {
   return flows_->size();
 }
 size_t Engine::bytes_per_flow() {
-  return sizeof(Flow) + sizeof(FlowRegulators) + FlowTable::kBucketsPerFlow * sizeof(uint32_t) +
-         SubscriberTable::bytes_per_entry();
+  return FlowTable::bytes_per_flow() + sizeof(FlowRegulators) + SubscriberTable::bytes_per_entry();
 }
 uint32_t Engine::flows_max() const {
   return flows_->capacity();
@@ -172,7 +172,7 @@ void Engine::forget_flow(uint32_t idx) {
     r.up.attach(nullptr);
     subscribers_->release(r.subscriber);
     r.subscriber = SubscriberTable::kNone;
-    counters_.rsfc_subscribers.set(subscribers_->size());
+    counters_.rsfc_subscribers.set(subscribers_->attached());
   }
   leave_state_gauge(idx);
 }
@@ -234,7 +234,8 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   return true;
 }
 
-// The packet's flow, added on its first packet; kNoFlow for a RST of no known flow.
+// The packet's flow, added on its first packet; kNoFlow for a RST of no known flow, or a
+// new flow of a subscriber at its cap (add_flow).
 [[gnu::always_inline]] inline uint32_t Engine::flow_of(const PacketView& v, PacketResult& r,
                                                        Nanos now) {
   const bool to_sub = r.direction == Direction::kToSubscriber;
@@ -250,21 +251,32 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
     flows_->touch(r.flow, now);
   } else if (!v.rst()) {
     r.flow = add_flow(key, h, v, r.direction, now);
-    r.new_flow = true;
+    r.new_flow = r.flow != kNoFlow;
   }
   return r.flow;
 }
 
-// A new flow (evicting the least valuable one when the table is full). Without a SYN its
-// handshake is not seen: the window scales stay unknown and it is never regulated.
+// A new flow, or kNoFlow when its subscriber is at its cap with established flows only
+// (room_for). When the table is full the flow takes the place of the least valuable one
+// (FlowTable::victim: its subscriber's own if it has one of the lowest class). Without a
+// SYN its handshake is not seen: the window scales stay unknown and it is never regulated.
 uint32_t Engine::add_flow(const FlowKey& key, uint32_t h, const PacketView& v, Direction dir,
                           Nanos now) {
-  uint32_t evicted;
-  const uint32_t idx = flows_->insert(key, h, FlowClass::kTentative, now, &evicted);
-  if (evicted != kNoFlow) {
-    counters_.flows_evicted.add();
-    forget_flow(evicted);
+  IpAddr a;
+  a.family = key.family;
+  a.bytes = key.sub_addr;
+  const uint32_t sub = subscribers_->add_flow(a, subscriber_hash(key));  // never full
+  if (!room_for(sub)) {
+    subscribers_->remove_flow(sub);
+    counters_.flows_subscriber_cap[static_cast<size_t>(CapAction::kUntracked)].add();
+    return kNoFlow;
   }
+  if (flows_->size() == flows_->capacity()) {
+    drop_flow(flows_->victim(sub));
+    counters_.flows_evicted.add();
+  }
+  uint32_t evicted;  // none: room was made above
+  const uint32_t idx = flows_->insert(key, h, FlowClass::kTentative, now, &evicted, sub);
   reset_flow_state(idx);
   counters_.flows_created.add();
   counters_.flows_active.set(flows_->size());
@@ -278,6 +290,40 @@ uint32_t Engine::add_flow(const FlowKey& key, uint32_t h, const PacketView& v, D
     f.sub_initiated = v.ack_flag() ? to_sub : !to_sub;  // a SYN-ACK goes to the initiator
   }
   return idx;
+}
+
+// The per-subscriber flow cap (flows.max_per_subscriber), counting the flow being added: a
+// subscriber over it gives up its own least recently seen closed, else embryonic flow;
+// with only established flows it gets no room (false). Never another subscriber's flow.
+bool Engine::room_for(uint32_t sub) {
+  const uint32_t cap = params_.max_flows_per_subscriber;
+  if (cap == 0 || subscribers_->flows(sub) <= cap) return true;
+  const uint32_t own = flows_->oldest_owned(sub);
+  if (own == kNoFlow) return false;
+  drop_flow(own);
+  counters_.flows_evicted.add();
+  counters_.flows_subscriber_cap[static_cast<size_t>(CapAction::kEvictedOwn)].add();
+  return true;
+}
+
+// Removes a flow from the table, with everything the engine keeps for it.
+void Engine::drop_flow(uint32_t idx) {
+  release_flow(idx);
+  flows_->remove(idx);
+}
+
+// A flow leaves: its regulator state and its hold on its subscriber's entry.
+void Engine::release_flow(uint32_t idx) {
+  forget_flow(idx);
+  subscribers_->remove_flow(flows_->at(idx).owner);
+}
+
+// The subscriber address alone (family and address) through the flow table's keyed hash.
+uint32_t Engine::subscriber_hash(const FlowKey& key) const {
+  FlowKey k;
+  k.family = key.family;
+  k.sub_addr = key.sub_addr;
+  return flows_->hash(k);
 }
 
 // --- Track the TCP lifecycle -------------------------------------------------------------
@@ -505,17 +551,14 @@ void Engine::emit_decision(DecisionRecord& rec, uint16_t raw, uint8_t scale) {
 void Engine::join_subscriber(uint32_t idx) {
   FlowRegulators& r = regs_[idx];
   const Flow& f = flows_->at(idx);
-  FlowKey k;  // the subscriber address alone, through the flow table's keyed hash
-  k.family = f.key.family;
-  k.sub_addr = f.key.sub_addr;
   IpAddr a;
   a.family = f.key.family;
   a.bytes = f.key.sub_addr;
-  r.subscriber = subscribers_->acquire(a, flows_->hash(k));
+  r.subscriber = subscribers_->acquire(a, subscriber_hash(f.key));
   if (r.subscriber == SubscriberTable::kNone) return;  // cannot happen: one entry per flow
   if (subscribers_->refs(r.subscriber) == 1) counters_.rsfc_subscribers_created.add();
   r.up.attach(&subscribers_->at(r.subscriber));
-  counters_.rsfc_subscribers.set(subscribers_->size());
+  counters_.rsfc_subscribers.set(subscribers_->attached());
 }
 
 // The regulator's target for the flow's knob in `dir` (UINT64_MAX = no clamp). When a
@@ -587,8 +630,8 @@ void Engine::describe_flow(DecisionRecord& rec, uint32_t idx, Direction dir, Nan
 }
 
 void Engine::expire(Nanos now) {
-  auto drop = [this](uint32_t idx) {
-    forget_flow(idx);
+  auto drop = [this](uint32_t idx) {  // called before the table removes the flow
+    release_flow(idx);
     counters_.flows_expired.add();
   };
   flows_->expire_class(FlowClass::kClosed, now - params_.closed_timeout, drop);
