@@ -81,6 +81,7 @@ TEST(Config, DefaultsForKeysLeftOut) {
     EXPECT_EQ(c.params.idle_timeout, 300 * kSecond);
     EXPECT_EQ(c.params.closed_timeout, 10 * kSecond);
     EXPECT_EQ(c.params.embryonic_timeout, 30 * kSecond);
+    EXPECT_EQ(c.params.max_flows_per_subscriber, 4096u);
     EXPECT_FALSE(c.params.rsfc.threshold.has_value());
     EXPECT_EQ(c.params.rsfc.threshold_floor, 20 * kMilli);
     EXPECT_EQ(c.params.rsfc.min_window_horizon, 10 * kSecond);
@@ -105,7 +106,8 @@ uplink: { policy: rsfc, static_window_bytes: 131072 }
 downlink: { policy: drwa, static_window_bytes: 4096 }
 min_window_bytes: 4000
 queue: { maxlen: 100_000, socket_buffer_bytes: 65536, batch: 1 }
-flows: { max: 5, idle_timeout_s: 86_400, closed_timeout_s: 1.5, embryonic_timeout_s: 7 }
+flows: { max: 5, idle_timeout_s: 86_400, closed_timeout_s: 1.5, embryonic_timeout_s: 7,
+         max_per_subscriber: 0 }
 metrics: { listen: "[::1]:9100" }
 log: { level: debug }
 decision_log: /var/log/rsfcd/decisions.jsonl
@@ -159,6 +161,7 @@ TEST(Config, EveryKeyMapsToItsField) {
   EXPECT_EQ(c.params.idle_timeout, 86'400 * kSecond);
   EXPECT_EQ(c.params.closed_timeout, 1'500 * kMilli);
   EXPECT_EQ(c.params.embryonic_timeout, 7 * kSecond);
+  EXPECT_EQ(c.params.max_flows_per_subscriber, 0u);
   EXPECT_EQ(c.metrics_listen, "[::1]:9100");
   EXPECT_EQ(c.log_level, LogLevel::kDebug);
   EXPECT_EQ(c.params.rsfc.threshold, std::optional<Nanos>(12'500 * kMicro));
@@ -282,6 +285,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.idle_timeout, dp.idle_timeout);
   EXPECT_EQ(p.closed_timeout, dp.closed_timeout);
   EXPECT_EQ(p.embryonic_timeout, dp.embryonic_timeout);
+  EXPECT_EQ(p.max_flows_per_subscriber, dp.max_flows_per_subscriber);
   EXPECT_EQ(p.rsfc.threshold, dp.rsfc.threshold);
   EXPECT_EQ(p.rsfc.threshold_floor, dp.rsfc.threshold_floor);
   EXPECT_EQ(p.rsfc.min_window_horizon, dp.rsfc.min_window_horizon);
@@ -620,6 +624,8 @@ const BadCase kBadCases[] = {
      "must not be negative"},
     {"embryonic_timeout_big", "flows: { embryonic_timeout_s: 3601 }\n", 1,
      "flows.embryonic_timeout_s", "out of range"},
+    {"max_per_subscriber_negative", "flows: { max_per_subscriber: -1 }\n", 1,
+     "flows.max_per_subscriber", "must not be negative"},
     {"threshold_zero", "rsfc: { threshold_ms: 0 }\n", 1, "rsfc.threshold_ms",
      "must be > 0 and <= 10000 (got 0)"},
     {"threshold_word", "rsfc: { threshold_ms: fast }\n", 1, "rsfc.threshold_ms",

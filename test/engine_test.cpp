@@ -407,6 +407,279 @@ TEST(Engine, ResultSaysWhatTheEngineMadeOfThePacket) {
   EXPECT_NE(m.flow, kNoFlow);
 }
 
+uint64_t ignored(const Engine& e, HandshakeKind k) {
+  return e.counters().handshake_ignored[static_cast<size_t>(k)].get();
+}
+
+// Issue 17: a SYN-ACK on an established flow used to re-learn the window scales; wscale 14
+// made every clamp 128x too small (a window of 16384 bytes became one unit of 2^14).
+TEST(EngineHandshake, SpoofedSynAckOnAnEstablishedFlowChangesNothing) {
+  Engine e(100, static_params(16384, 16384));
+  Conn c(e);
+  c.handshake(7, 7);
+  EXPECT_EQ(c.server_ack(70000, 1000).view.window, 128) << "16384 / 2^7";
+  for (uint32_t ack : {kPhoneIsn + 1, 12345u}) {  // with or without the phone's ISN + 1
+    const Sent s = c.from_server({.seq = 777,
+                                  .ack = ack,
+                                  .flags = tcpflag::kSyn | tcpflag::kAck,
+                                  .window = 65535,
+                                  .wscale = 14});
+    EXPECT_FALSE(s.result.modified);
+    EXPECT_EQ(s.result.outcome, Outcome::kPassed);
+  }
+  c.from_phone({.seq = 4242,
+                .ack = kServerIsn + 1,
+                .flags = tcpflag::kSyn | tcpflag::kAck,
+                .window = 65535,
+                .wscale = 14});
+  EXPECT_EQ(ignored(e, HandshakeKind::kSynAck), 3u);
+  const Sent up = c.server_ack(80000, 1000);
+  EXPECT_EQ(up.view.window, 128) << "the server's scale is still 2^7";
+  EXPECT_EQ(up.result.scale, 7);
+  const Sent down =
+      c.from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 200000, .window = 1000});
+  EXPECT_EQ(down.view.window, 128) << "the phone's scale is still 2^7";
+  EXPECT_EQ(e.flow(up.result.flow).state, FlowState::kEstablished);
+}
+
+// A SYN-ACK counts only as the answer to the SYN seen the other way: ack == its ISN + 1.
+TEST(EngineHandshake, SynAckNotAnsweringTheSynIsIgnored) {
+  Engine e(100, static_params(16384));
+  Conn c(e);
+  c.from_phone({.seq = kPhoneIsn, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
+  c.from_server({.seq = kServerIsn,
+                 .ack = kPhoneIsn + 1,
+                 .flags = tcpflag::kSyn | tcpflag::kAck,
+                 .window = 65535,
+                 .wscale = 7});
+  // Before the phone's ACK: one acking something else, from the server's side.
+  c.from_server({.seq = 31337,
+                 .ack = kPhoneIsn + 99,
+                 .flags = tcpflag::kSyn | tcpflag::kAck,
+                 .window = 65535,
+                 .wscale = 14});
+  EXPECT_EQ(ignored(e, HandshakeKind::kSynAck), 1u);
+  c.from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502});
+  EXPECT_EQ(c.server_ack(70000, 1000).view.window, 128) << "16384 / 2^7";
+}
+
+// Retransmissions are fine: a SYN-ACK with the values already seen, during the handshake or
+// after it (the final ACK was lost), is not counted and changes nothing.
+TEST(EngineHandshake, RetransmittedSynAckIsFine) {
+  Engine e(100, static_params(16384));
+  Conn c(e);
+  const TcpSpec synack{.seq = kServerIsn,
+                       .ack = kPhoneIsn + 1,
+                       .flags = tcpflag::kSyn | tcpflag::kAck,
+                       .window = 65535,
+                       .mss = 1460,
+                       .wscale = 9};
+  c.handshake(7, 9);
+  c.from_server(synack);
+  c.from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502});
+  c.from_server(synack);
+  EXPECT_EQ(ignored(e, HandshakeKind::kSynAck), 0u);
+  EXPECT_EQ(c.server_ack(70000, 1000).view.window, 32) << "16384 / 2^9";
+
+  Engine e2(100, static_params(16384));  // retransmitted before the phone's ACK
+  Conn d(e2);
+  d.from_phone({.seq = kPhoneIsn, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
+  d.from_server(synack);
+  d.from_server(synack);
+  d.from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502});
+  EXPECT_EQ(ignored(e2, HandshakeKind::kSynAck), 0u);
+  EXPECT_EQ(d.server_ack(70000, 1000).view.window, 32);
+}
+
+// A SYN inside the sender's sequence space on an established flow (RFC 5961: the endpoint
+// answers it with a challenge ACK) leaves the flow as it was; it used to restart it.
+TEST(EngineHandshake, SynInsideTheWindowOfAnEstablishedFlowIsIgnored) {
+  Engine e(100, static_params(16384));
+  Conn c(e);
+  c.handshake(7, 7);
+  c.server_ack(70000, 1000);
+  const Sent s = c.from_server({.seq = kServerIsn + 100, .flags = tcpflag::kSyn, .wscale = 14});
+  EXPECT_FALSE(s.result.new_flow);
+  c.from_phone({.seq = kPhoneIsn + 5000, .flags = tcpflag::kSyn, .wscale = 14});
+  EXPECT_EQ(ignored(e, HandshakeKind::kSyn), 2u);
+  // Repeats of the ISNs already learned (a late SYN of this connection): not counted.
+  c.from_phone({.seq = kPhoneIsn, .flags = tcpflag::kSyn, .wscale = 7});
+  c.from_server({.seq = kServerIsn, .flags = tcpflag::kSyn, .wscale = 7});
+  EXPECT_EQ(ignored(e, HandshakeKind::kSyn), 2u);
+  const Sent a = c.server_ack(80000, 1000);
+  EXPECT_EQ(a.view.window, 128);
+  EXPECT_EQ(e.flow(a.result.flow).state, FlowState::kEstablished);
+  // During the handshake a SYN with another ISN is ignored too.
+  Conn d(e, true);
+  d.from_phone({.seq = kPhoneIsn, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
+  d.from_phone({.seq = 99, .flags = tcpflag::kSyn, .window = 64240, .wscale = 14});
+  EXPECT_EQ(ignored(e, HandshakeKind::kSyn), 3u);
+  d.from_server({.seq = kServerIsn,
+                 .ack = kPhoneIsn + 1,
+                 .flags = tcpflag::kSyn | tcpflag::kAck,
+                 .window = 65535,
+                 .wscale = 7});
+  d.from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502});
+  EXPECT_EQ(d.server_ack(70000, 1000).view.window, 128);
+}
+
+// Genuine reuse of the ports still starts the flow over: after the RST that answers the
+// challenge ACK, or with an ISN beyond the old connection's sequence space.
+TEST(EngineHandshake, GenuinePortReuseStillStartsOver) {
+  Engine e(100, static_params(16384));
+  Conn c(e);
+  c.handshake(7, 7);
+  c.server_ack(70000, 1000);
+  // The phone lost its state and reuses the ports with an ISN inside the old space.
+  c.from_phone({.seq = kPhoneIsn + 3000, .flags = tcpflag::kSyn, .window = 64240});
+  c.server_ack(0, 1000);  // the server's challenge ACK
+  c.from_phone({.seq = kPhoneIsn + 1, .flags = tcpflag::kRst});
+  const Sent syn = c.from_phone({.seq = kPhoneIsn + 3000, .flags = tcpflag::kSyn, .window = 64240});
+  EXPECT_TRUE(syn.result.new_flow);
+  c.from_server({.seq = 88,
+                 .ack = kPhoneIsn + 3001,
+                 .flags = tcpflag::kSyn | tcpflag::kAck,
+                 .window = 65535});
+  c.from_phone({.seq = kPhoneIsn + 3001, .ack = 89, .window = 60000});
+  EXPECT_EQ(c.from_server({.seq = 89, .ack = kPhoneIsn + 200000, .window = 60000}).view.window,
+            16384)
+      << "the new connection has no window scaling";
+  // The same again with an ISN far beyond the old right edge: no RST needed.
+  const Sent far = c.from_phone({.seq = 0x80000000u, .flags = tcpflag::kSyn, .wscale = 6});
+  EXPECT_TRUE(far.result.new_flow);
+  c.from_server({.seq = 5,
+                 .ack = 0x80000001u,
+                 .flags = tcpflag::kSyn | tcpflag::kAck,
+                 .window = 65535,
+                 .wscale = 8});
+  c.from_phone({.seq = 0x80000001u, .ack = 6, .window = 500});
+  EXPECT_EQ(c.from_server({.seq = 6, .ack = 0x80100000u, .window = 1000}).view.window, 64)
+      << "16384 / 2^8";
+  EXPECT_EQ(e.counters().handshake_ignored[0].get(), 1u) << "only the SYN inside the space";
+}
+
+// One phone's connections to one server port, by its own port: the whole handshake or just
+// the SYN, and the server's ACKs (the knob's).
+class Phone {
+ public:
+  Phone(Engine& e, std::string addr) : e_(e), addr_(std::move(addr)) {}
+  Nanos now = 0;
+  PacketResult syn(uint16_t port) {
+    return run(
+        {.src = addr_, .sport = port, .seq = kPhoneIsn, .flags = tcpflag::kSyn, .wscale = 7});
+  }
+  void handshake(uint16_t port) {
+    syn(port);
+    finish(port);
+  }
+  // The SYN-ACK and the phone's ACK.
+  void finish(uint16_t port) {
+    run({.src = "198.19.0.2",
+         .dst = addr_,
+         .sport = 443,
+         .dport = port,
+         .seq = kServerIsn,
+         .ack = kPhoneIsn + 1,
+         .flags = tcpflag::kSyn | tcpflag::kAck,
+         .wscale = 7});
+    run({.src = addr_, .sport = port, .seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502});
+  }
+  PacketResult server_ack(uint16_t port, uint32_t acked) {
+    return run({.src = "198.19.0.2",
+                .dst = addr_,
+                .sport = 443,
+                .dport = port,
+                .seq = kServerIsn + 1,
+                .ack = kPhoneIsn + 1 + acked,
+                .window = 1000});
+  }
+
+ private:
+  PacketResult run(const TcpSpec& s) {
+    std::vector<uint8_t> b = testpkt::build(s);
+    now += kMilli;
+    return e_.process(b, now);
+  }
+  Engine& e_;
+  std::string addr_;
+};
+
+uint64_t capped(const Engine& e, CapAction a) {
+  return e.counters().flows_subscriber_cap[static_cast<size_t>(a)].get();
+}
+
+// Issue 17: one subscriber's new flows used to push another's flows out of a full table.
+// With the cap above the table size, the full table gives up the flooder's own embryonic
+// flows: another phone's handshake in progress survives a SYN flood and is regulated.
+TEST(EngineSubscriberCap, SynFloodOfOnePhoneLeavesAnothersHandshakeAlone) {
+  Engine e(16, static_params(16384));
+  Phone a(e, "198.18.0.66"), b(e, "198.18.0.2");
+  b.syn(40000);
+  for (uint16_t i = 0; i < 200; ++i) a.syn(static_cast<uint16_t>(1024 + i));
+  b.now = a.now;
+  b.finish(40000);  // the SYN-ACK and the ACK
+  const PacketResult r = b.server_ack(40000, 70000);
+  EXPECT_EQ(r.outcome, Outcome::kRewritten) << "the handshake's scales are known";
+  EXPECT_TRUE(e.flow(r.flow).scale_known);
+  EXPECT_EQ(e.active_flows(), 16u);
+}
+
+// A phone opening established connections without end stops at its cap: its new flows pass
+// untracked, another phone's idle established flow stays regulated.
+TEST(EngineSubscriberCap, EstablishedFlowsOfOnePhoneDoNotPushOutAnothers) {
+  EngineParams p = static_params(16384);
+  p.max_flows_per_subscriber = 4;
+  Engine e(16, p);
+  Phone a(e, "198.18.0.66"), b(e, "198.18.0.2");
+  b.handshake(40000);
+  a.now = b.now;
+  for (uint16_t i = 0; i < 40; ++i) a.handshake(static_cast<uint16_t>(1024 + i));
+  EXPECT_EQ(e.active_flows(), 5u) << "4 of the flooder's flows and the other phone's";
+  EXPECT_EQ(e.counters().flows_evicted.get(), 0u);
+  EXPECT_GT(capped(e, CapAction::kUntracked), 0u);
+  const PacketResult untracked = a.server_ack(1024 + 39, 70000);
+  EXPECT_EQ(untracked.flow, kNoFlow);
+  EXPECT_EQ(untracked.outcome, Outcome::kPassed);
+  b.now = a.now;
+  EXPECT_EQ(b.server_ack(40000, 70000).outcome, Outcome::kRewritten);
+  // The same without a cap, for contrast: the table full of established flows gives up the
+  // least recently seen one, the other phone's.
+  p.max_flows_per_subscriber = 0;
+  Engine open(16, p);
+  Phone a2(open, "198.18.0.66"), b2(open, "198.18.0.2");
+  b2.handshake(40000);
+  a2.now = b2.now;
+  for (uint16_t i = 0; i < 40; ++i) a2.handshake(static_cast<uint16_t>(1024 + i));
+  b2.now = a2.now;
+  EXPECT_EQ(b2.server_ack(40000, 70000).outcome, Outcome::kUnregulated) << "evicted";
+}
+
+// At its cap a phone's new flow takes the place of its own least recently seen closed, then
+// embryonic flow; established ones are never given up for it.
+TEST(EngineSubscriberCap, NewFlowAtTheCapTakesThePlaceOfItsOwnOldestEmbryonicFlow) {
+  EngineParams p = static_params(16384);
+  p.max_flows_per_subscriber = 3;
+  Engine e(100, p);
+  Phone a(e, "198.18.0.66");
+  a.handshake(1000);                         // established
+  const uint32_t first = a.syn(1001).flow;   // embryonic, the oldest
+  const uint32_t second = a.syn(1002).flow;  // embryonic
+  a.syn(1001);                               // seen again: now 1002 is the oldest
+  const PacketResult r = a.syn(1003);
+  EXPECT_TRUE(r.new_flow);
+  EXPECT_EQ(r.flow, second) << "1002's slot";
+  EXPECT_EQ(capped(e, CapAction::kEvictedOwn), 1u);
+  EXPECT_EQ(e.counters().flows_evicted.get(), 1u);
+  EXPECT_EQ(e.active_flows(), 3u);
+  EXPECT_EQ(e.flow(first).key.sub_port, 1001);
+  EXPECT_EQ(a.server_ack(1000, 70000).outcome, Outcome::kRewritten) << "established kept";
+  // Idle flows expire and make room again.
+  e.expire(a.now + 31 * kSecond);
+  EXPECT_EQ(e.active_flows(), 1u);
+  EXPECT_TRUE(a.syn(1004).new_flow);
+  EXPECT_EQ(capped(e, CapAction::kUntracked), 0u);
+}
+
 TEST(Engine, HostileFlowCountStaysWithinCapacity) {
   Engine e(64, static_params(4096));
   for (uint32_t i = 0; i < 10000; ++i) {

@@ -81,6 +81,46 @@ TEST(FlowTable, SynFloodDoesNotEvictEstablished) {
   EXPECT_EQ(t.class_size(FlowClass::kEstablished), 100u);
 }
 
+uint32_t add_owned(FlowTable& t, uint32_t n, Nanos now, FlowClass c, uint32_t owner) {
+  uint32_t ev;
+  const FlowKey k = key(n);
+  return t.insert(k, t.hash(k), c, now, &ev, owner);
+}
+
+// A full table gives up the new flow's owner's own least recently seen flow of the lowest
+// class if it has one, else the global one; established flows in global LRU order.
+TEST(FlowTable, FullTablePrefersTheNewFlowsOwnersFlows) {
+  FlowTable t(4, 1);
+  const uint32_t other = add_owned(t, 1, 1, FlowClass::kTentative, 0);  // oldest tentative
+  const uint32_t own_old = add_owned(t, 2, 2, FlowClass::kTentative, 1);
+  const uint32_t own_new = add_owned(t, 3, 3, FlowClass::kTentative, 1);
+  add_owned(t, 4, 4, FlowClass::kEstablished, 0);
+  EXPECT_EQ(t.victim(1), own_old);
+  EXPECT_EQ(t.victim(2), other) << "an owner without flows: global order";
+  EXPECT_EQ(t.victim(kNoOwner), other);
+  t.touch(own_old, 5);
+  EXPECT_EQ(t.victim(1), own_new) << "LRU within the owner's flows";
+  EXPECT_EQ(t.oldest_owned(1), own_new);
+  t.set_class(own_new, FlowClass::kClosed);
+  EXPECT_EQ(t.oldest_owned(1), own_new) << "closed before tentative";
+  EXPECT_EQ(t.victim(0), own_new) << "the lowest class first, whoever owns it";
+  t.set_class(own_new, FlowClass::kEstablished);
+  t.set_class(own_old, FlowClass::kEstablished);
+  EXPECT_EQ(t.oldest_owned(1), kNoFlow) << "established flows are never the owner's to give";
+  EXPECT_EQ(t.victim(1), other);
+  uint32_t ev;
+  const FlowKey k = key(9);
+  t.insert(k, t.hash(k), FlowClass::kTentative, 6, &ev, 1);
+  EXPECT_EQ(ev, other);
+  t.remove(lookup(t, 9));
+  EXPECT_EQ(t.oldest_owned(1), kNoFlow);
+  const uint32_t restarted = lookup(t, 2);
+  t.set_class(restarted, FlowClass::kTentative);
+  t.restart(restarted, 7);
+  EXPECT_EQ(t.at(restarted).owner, 1u);
+  EXPECT_EQ(t.oldest_owned(1), restarted) << "a restarted flow keeps its place";
+}
+
 TEST(FlowTable, ExpireOldestFirstPerClass) {
   FlowTable t(10, 1);
   for (uint32_t i = 0; i < 5; ++i) add(t, i, i * kSecond, FlowClass::kEstablished);

@@ -62,6 +62,10 @@ TEST(MetricNames, DirectionAndOutcome) {
       {Outcome::kUnregulated, "unregulated"}, {Outcome::kTruncatedCopy, "truncated_copy"}};
   ASSERT_EQ(want.size(), static_cast<size_t>(Outcome::kCount));
   for (const auto& [o, name] : want) EXPECT_EQ(to_string(o), name);
+  EXPECT_STREQ(to_string(HandshakeKind::kSyn), "syn");
+  EXPECT_STREQ(to_string(HandshakeKind::kSynAck), "syn_ack");
+  EXPECT_STREQ(to_string(CapAction::kEvictedOwn), "evicted_own");
+  EXPECT_STREQ(to_string(CapAction::kUntracked), "untracked");
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -103,6 +107,8 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
   io3.verdicts_with_payload.add(6);
   core3.rsfc_flows_in_state[2].set(5);
   core3.rsfc_path_rebaselines.add(2);
+  core3.handshake_ignored[static_cast<size_t>(HandshakeKind::kSynAck)].add(7);
+  core7.flows_subscriber_cap[static_cast<size_t>(CapAction::kUntracked)].add(2);
   const std::string t = render();
 
   const std::string not_tcp = to_string(ParseError::kNotTcp);
@@ -126,6 +132,11 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
            "rsfcd_rsfc_flows{queue=\"3\",state=\"fast\"} 5",
            "rsfcd_rsfc_flows{queue=\"3\",state=\"startup\"} 0",
            "rsfcd_rsfc_path_rebaselines_total{queue=\"3\"} 2",
+           "rsfcd_handshake_ignored_total{queue=\"3\",kind=\"syn_ack\"} 7",
+           "rsfcd_handshake_ignored_total{queue=\"3\",kind=\"syn\"} 0",
+           "# TYPE rsfcd_handshake_ignored_total counter",
+           "rsfcd_flows_subscriber_cap_total{queue=\"7\",action=\"untracked\"} 2",
+           "rsfcd_flows_subscriber_cap_total{queue=\"7\",action=\"evicted_own\"} 0",
            "# TYPE rsfcd_packets_total counter",
            "# TYPE rsfcd_flows_active gauge",
            "# TYPE rsfcd_packet_processing_seconds histogram",

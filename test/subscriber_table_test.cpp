@@ -39,6 +39,28 @@ TEST(SubscriberTable, OneEntryPerAddressHeldByItsFlows) {
   EXPECT_EQ(t.at(again).total_bytes(), 0u) << "a freed entry starts afresh";
 }
 
+// Tracked flows hold an entry as regulators do; its shared state starts afresh when the last
+// regulator lets go, the entry is freed when neither holds it.
+TEST(SubscriberTable, FlowsAndRegulatorsHoldTheEntry) {
+  SubscriberTable t(4);
+  const uint32_t a = t.add_flow(addr(1), 11);
+  EXPECT_EQ(t.add_flow(addr(1), 11), a);
+  EXPECT_EQ(t.flows(a), 2u);
+  EXPECT_EQ(t.attached(), 0u);
+  EXPECT_EQ(t.acquire(addr(1), 11), a);
+  EXPECT_EQ(t.attached(), 1u);
+  t.at(a).on_delivered(kSecond, 1000, kSecond / 10);
+  t.release(a);
+  EXPECT_EQ(t.attached(), 0u);
+  EXPECT_EQ(t.size(), 1u) << "still held by its flows";
+  EXPECT_EQ(t.at(a).total_bytes(), 0u) << "the shared state starts afresh";
+  t.remove_flow(a);
+  t.remove_flow(a);
+  EXPECT_EQ(t.size(), 0u);
+  t.remove_flow(a);  // once too often: ignored
+  EXPECT_EQ(t.size(), 0u);
+}
+
 TEST(SubscriberTable, FullTableRefusesNewAddressesAndRecovers) {
   SubscriberTable t(4);
   std::vector<uint32_t> held;

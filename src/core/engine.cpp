@@ -129,7 +129,8 @@ void describe_downlink(DecisionRecord& rec, const DownlinkRegulator& dr) {
 Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_seed)
     : params_(params),
       flows_(std::make_unique<FlowTable>(flows_max, hash_seed)),
-      subscribers_(std::make_unique<SubscriberTable>(flows_max)) {
+      // One entry per tracked flow at most, plus the one of a flow being added to a full table.
+      subscribers_(std::make_unique<SubscriberTable>(flows_max + 1)) {
   regs_.reserve(flows_max);
 }
 
@@ -150,8 +151,7 @@ size_t Engine::active_flows() const {
   return flows_->size();
 }
 size_t Engine::bytes_per_flow() {
-  return sizeof(Flow) + sizeof(FlowRegulators) + FlowTable::kBucketsPerFlow * sizeof(uint32_t) +
-         SubscriberTable::bytes_per_entry();
+  return FlowTable::bytes_per_flow() + sizeof(FlowRegulators) + SubscriberTable::bytes_per_entry();
 }
 uint32_t Engine::flows_max() const {
   return flows_->capacity();
@@ -172,7 +172,7 @@ void Engine::forget_flow(uint32_t idx) {
     r.up.attach(nullptr);
     subscribers_->release(r.subscriber);
     r.subscriber = SubscriberTable::kNone;
-    counters_.rsfc_subscribers.set(subscribers_->size());
+    counters_.rsfc_subscribers.set(subscribers_->attached());
   }
   leave_state_gauge(idx);
 }
@@ -200,8 +200,9 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   const bool tracked = params_.uplink.policy != Policy::kOff ||
                        params_.downlink.policy != Policy::kOff;  // else nothing to regulate
   const uint32_t idx = tracked ? flow_of(v, r, now) : kNoFlow;
-  if (idx != kNoFlow) {  // kNoFlow: not tracked, or a stray RST (nothing to learn from it)
-    track_lifecycle(idx, v, now, r);
+  // kNoFlow: not tracked, or a stray RST (nothing to learn from it). A SYN or SYN-ACK the
+  // flow does not take stops at the lifecycle: passed untouched, nothing fed.
+  if (idx != kNoFlow && track_lifecycle(idx, v, now, r)) {
     feed_regulators(idx, v, r.direction, now);
     apply_knob(pkt, v, idx, now, meta, r);
   }
@@ -233,7 +234,8 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   return true;
 }
 
-// The packet's flow, added on its first packet; kNoFlow for a RST of no known flow.
+// The packet's flow, added on its first packet; kNoFlow for a RST of no known flow, or a
+// new flow of a subscriber at its cap (add_flow).
 [[gnu::always_inline]] inline uint32_t Engine::flow_of(const PacketView& v, PacketResult& r,
                                                        Nanos now) {
   const bool to_sub = r.direction == Direction::kToSubscriber;
@@ -249,21 +251,32 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
     flows_->touch(r.flow, now);
   } else if (!v.rst()) {
     r.flow = add_flow(key, h, v, r.direction, now);
-    r.new_flow = true;
+    r.new_flow = r.flow != kNoFlow;
   }
   return r.flow;
 }
 
-// A new flow (evicting the least valuable one when the table is full). Without a SYN its
-// handshake is not seen: the window scales stay unknown and it is never regulated.
+// A new flow, or kNoFlow when its subscriber is at its cap with established flows only
+// (room_for). When the table is full the flow takes the place of the least valuable one
+// (FlowTable::victim: its subscriber's own if it has one of the lowest class). Without a
+// SYN its handshake is not seen: the window scales stay unknown and it is never regulated.
 uint32_t Engine::add_flow(const FlowKey& key, uint32_t h, const PacketView& v, Direction dir,
                           Nanos now) {
-  uint32_t evicted;
-  const uint32_t idx = flows_->insert(key, h, FlowClass::kTentative, now, &evicted);
-  if (evicted != kNoFlow) {
-    counters_.flows_evicted.add();
-    forget_flow(evicted);
+  IpAddr a;
+  a.family = key.family;
+  a.bytes = key.sub_addr;
+  const uint32_t sub = subscribers_->add_flow(a, subscriber_hash(key));  // never full
+  if (!room_for(sub)) {
+    subscribers_->remove_flow(sub);
+    counters_.flows_subscriber_cap[static_cast<size_t>(CapAction::kUntracked)].add();
+    return kNoFlow;
   }
+  if (flows_->size() == flows_->capacity()) {
+    drop_flow(flows_->victim(sub));
+    counters_.flows_evicted.add();
+  }
+  uint32_t evicted;  // none: room was made above
+  const uint32_t idx = flows_->insert(key, h, FlowClass::kTentative, now, &evicted, sub);
   reset_flow_state(idx);
   counters_.flows_created.add();
   counters_.flows_active.set(flows_->size());
@@ -279,20 +292,54 @@ uint32_t Engine::add_flow(const FlowKey& key, uint32_t h, const PacketView& v, D
   return idx;
 }
 
+// The per-subscriber flow cap (flows.max_per_subscriber), counting the flow being added: a
+// subscriber over it gives up its own least recently seen closed, else embryonic flow;
+// with only established flows it gets no room (false). Never another subscriber's flow.
+bool Engine::room_for(uint32_t sub) {
+  const uint32_t cap = params_.max_flows_per_subscriber;
+  if (cap == 0 || subscribers_->flows(sub) <= cap) return true;
+  const uint32_t own = flows_->oldest_owned(sub);
+  if (own == kNoFlow) return false;
+  drop_flow(own);
+  counters_.flows_evicted.add();
+  counters_.flows_subscriber_cap[static_cast<size_t>(CapAction::kEvictedOwn)].add();
+  return true;
+}
+
+// Removes a flow from the table, with everything the engine keeps for it.
+void Engine::drop_flow(uint32_t idx) {
+  release_flow(idx);
+  flows_->remove(idx);
+}
+
+// A flow leaves: its regulator state and its hold on its subscriber's entry.
+void Engine::release_flow(uint32_t idx) {
+  forget_flow(idx);
+  subscribers_->remove_flow(flows_->at(idx).owner);
+}
+
+// The subscriber address alone (family and address) through the flow table's keyed hash.
+uint32_t Engine::subscriber_hash(const FlowKey& key) const {
+  FlowKey k;
+  k.family = key.family;
+  k.sub_addr = key.sub_addr;
+  return flows_->hash(k);
+}
+
 // --- Track the TCP lifecycle -------------------------------------------------------------
 
 // Handshake (ISNs, options, window scales, first right edges), FIN and RST; the flow's
-// class follows (timeouts: expire()).
-[[gnu::always_inline]] inline void Engine::track_lifecycle(uint32_t idx, const PacketView& v,
+// class follows (timeouts: expire()). False when the packet is a SYN or SYN-ACK the flow
+// does not take (on_syn, on_syn_ack): it is passed untouched and nothing learns from it.
+[[gnu::always_inline]] inline bool Engine::track_lifecycle(uint32_t idx, const PacketView& v,
                                                            Nanos now, PacketResult& r) {
   const Direction dir = r.direction;
   Flow& f = flows_->at(idx);
   Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
   if (v.syn() && !v.ack_flag()) {
-    if (on_syn(idx, v, dir, now)) r.new_flow = true;
+    if (!on_syn(idx, v, dir, now, r)) return false;
   } else if (v.syn()) {
-    learn_syn(sender, v);
-    learn_syn_ack(f, v, dir);
+    if (!on_syn_ack(idx, v, dir, r.new_flow)) return false;
   } else if (v.rst()) {
     f.state = FlowState::kClosed;
     flows_->set_class(idx, FlowClass::kClosed);
@@ -312,32 +359,69 @@ uint32_t Engine::add_flow(const FlowKey& key, uint32_t h, const PacketView& v, D
     f.bytes_to_sub += v.payload_len;
   else
     f.bytes_from_sub += v.payload_len;
+  return true;
 }
 
-// A SYN (without ACK). One with another ISN on an established or closed tuple means the
-// ports were reused: the flow starts over in its slot (returns true).
-bool Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now) {
+// A SYN (without ACK). It (re-)learns its sender only as a valid new handshake:
+// - the flow's first packet, or a SYN on a flow first seen mid-stream (nothing known yet);
+// - during the handshake, the first SYN of the other side (simultaneous open) or a
+//   retransmission with the same ISN (its options may differ: stacks drop them on retries);
+// - as a reuse of the ports, when the flow starts over in its slot (r.new_flow): on a closed
+//   flow (FIN both ways or RST) any other ISN; on an established flow only an ISN beyond the
+//   sender's old sequence space, after the right edge last advertised to it (Linux takes a
+//   SYN in TIME-WAIT on the same condition, tcp_timewait_state_process). A SYN inside that
+//   space is what RFC 5961 4.2 answers with a challenge ACK: a genuine endpoint that reused
+//   the ports then sends a RST, which closes the flow here, and its next SYN restarts it.
+//   A blind sender can still restart a flow with a far ISN, but that only leaves the flow
+//   unregulated: its scales come back only with a SYN-ACK answering that ISN (on_syn_ack).
+// Everything else is ignored; counted, unless it repeats the ISN already learned.
+bool Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now, PacketResult& r) {
   Flow& f = flows_->at(idx);
   Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
-  const bool reused = sender.syn_seen && sender.isn != v.seq &&
-                      (f.state == FlowState::kEstablished || f.state == FlowState::kClosed);
-  if (reused) {
-    Flow fresh;
-    fresh.key = f.key;
-    fresh.created = fresh.last_seen = now;
-    fresh.hash = f.hash;
-    fresh.lru_prev = f.lru_prev;
-    fresh.lru_next = f.lru_next;
-    fresh.cls = f.cls;
-    fresh.in_use = true;
-    f = fresh;
+  const bool repeat = sender.syn_seen && sender.isn == v.seq;
+  const bool open = f.state == FlowState::kSynSeen || f.state == FlowState::kSynAckSeen;
+  const bool beyond = sender.edge_valid && seq_gt(v.seq, sender.right_edge);
+  const bool restart =
+      !repeat && (f.state == FlowState::kClosed || (f.state == FlowState::kEstablished && beyond));
+  const bool takes = r.new_flow || restart || f.state == FlowState::kMidstream ||
+                     (open && (!sender.syn_seen || repeat));
+  if (!takes) {
+    if (!repeat) counters_.handshake_ignored[static_cast<size_t>(HandshakeKind::kSyn)].add();
+    return false;
+  }
+  if (restart) {
+    flows_->restart(idx, now);
     reset_flow_state(idx);
+    r.new_flow = true;
   }
   learn_syn(sender, v);
-  if (f.state == FlowState::kMidstream) f.state = FlowState::kSynSeen;
-  f.sub_initiated = dir == Direction::kFromSubscriber;
+  if (f.state == FlowState::kMidstream || restart) {
+    f.state = FlowState::kSynSeen;
+    f.sub_initiated = dir == Direction::kFromSubscriber;
+  }
   flows_->set_class(idx, FlowClass::kTentative);
-  return reused;
+  return true;
+}
+
+// A SYN-ACK re-learns its sender, and sets the window scales, only as the answer to the SYN
+// seen the other way (ack == that SYN's ISN + 1) while the flow is in its handshake (SYN or
+// SYN-ACK seen, not yet ACKed). The flow's first packet is learned from as before (its
+// handshake was not seen: nothing is in force). Anything else is ignored and counted, but a
+// retransmission with the ISN and ACK already seen (the final ACK was lost) only ignored.
+bool Engine::on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool first) {
+  Flow& f = flows_->at(idx);
+  Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
+  const Endpoint& receiver = dir == Direction::kToSubscriber ? f.sub : f.peer;
+  const bool answers = receiver.syn_seen && v.ack == receiver.isn + 1;
+  const bool open = f.state == FlowState::kSynSeen || f.state == FlowState::kSynAckSeen;
+  if (first || (open && answers)) {
+    learn_syn(sender, v);
+    learn_syn_ack(f, v, dir);
+    return true;
+  }
+  const bool repeat = sender.syn_seen && sender.isn == v.seq && (answers || !receiver.syn_seen);
+  if (!repeat) counters_.handshake_ignored[static_cast<size_t>(HandshakeKind::kSynAck)].add();
+  return false;
 }
 
 // --- Feed the regulators -----------------------------------------------------------------
@@ -467,17 +551,14 @@ void Engine::emit_decision(DecisionRecord& rec, uint16_t raw, uint8_t scale) {
 void Engine::join_subscriber(uint32_t idx) {
   FlowRegulators& r = regs_[idx];
   const Flow& f = flows_->at(idx);
-  FlowKey k;  // the subscriber address alone, through the flow table's keyed hash
-  k.family = f.key.family;
-  k.sub_addr = f.key.sub_addr;
   IpAddr a;
   a.family = f.key.family;
   a.bytes = f.key.sub_addr;
-  r.subscriber = subscribers_->acquire(a, flows_->hash(k));
+  r.subscriber = subscribers_->acquire(a, subscriber_hash(f.key));
   if (r.subscriber == SubscriberTable::kNone) return;  // cannot happen: one entry per flow
   if (subscribers_->refs(r.subscriber) == 1) counters_.rsfc_subscribers_created.add();
   r.up.attach(&subscribers_->at(r.subscriber));
-  counters_.rsfc_subscribers.set(subscribers_->size());
+  counters_.rsfc_subscribers.set(subscribers_->attached());
 }
 
 // The regulator's target for the flow's knob in `dir` (UINT64_MAX = no clamp). When a
@@ -549,8 +630,8 @@ void Engine::describe_flow(DecisionRecord& rec, uint32_t idx, Direction dir, Nan
 }
 
 void Engine::expire(Nanos now) {
-  auto drop = [this](uint32_t idx) {
-    forget_flow(idx);
+  auto drop = [this](uint32_t idx) {  // called before the table removes the flow
+    release_flow(idx);
     counters_.flows_expired.add();
   };
   flows_->expire_class(FlowClass::kClosed, now - params_.closed_timeout, drop);

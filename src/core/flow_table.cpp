@@ -15,6 +15,11 @@ FlowTable::FlowTable(uint32_t capacity, uint64_t seed)
   buckets_.assign(buckets, 0);
   mask_ = static_cast<uint32_t>(buckets - 1);
   flows_.reserve(capacity);  // the only allocation of flow memory; pages fault in on use
+  owners_.resize(uint64_t{capacity} + 1);
+}
+
+size_t FlowTable::bytes_per_flow() {
+  return sizeof(Flow) + kBucketsPerFlow * sizeof(uint32_t) + sizeof(OwnerLists);
 }
 
 uint32_t FlowTable::hash(const FlowKey& k) const {
@@ -67,6 +72,36 @@ void FlowTable::list_push_front(uint32_t idx) {
   ++class_size_[c];
 }
 
+void FlowTable::owner_unlink(uint32_t idx) {
+  Flow& f = flows_[idx];
+  if (!owned(f)) return;
+  OwnerLists& o = owners_[f.owner];
+  const size_t c = static_cast<size_t>(f.cls);
+  if (f.owner_prev != kNoFlow)
+    flows_[f.owner_prev].owner_next = f.owner_next;
+  else
+    o.head[c] = f.owner_next;
+  if (f.owner_next != kNoFlow)
+    flows_[f.owner_next].owner_prev = f.owner_prev;
+  else
+    o.tail[c] = f.owner_prev;
+  f.owner_prev = f.owner_next = kNoFlow;
+}
+
+void FlowTable::owner_push_front(uint32_t idx) {
+  Flow& f = flows_[idx];
+  if (!owned(f)) return;
+  OwnerLists& o = owners_[f.owner];
+  const size_t c = static_cast<size_t>(f.cls);
+  f.owner_prev = kNoFlow;
+  f.owner_next = o.head[c];
+  if (o.head[c] != kNoFlow)
+    flows_[o.head[c]].owner_prev = idx;
+  else
+    o.tail[c] = idx;
+  o.head[c] = idx;
+}
+
 // Backward-shift deletion keeps probe chains intact without tombstones.
 void FlowTable::bucket_erase(uint32_t idx) {
   uint32_t b = flows_[idx].hash & mask_;
@@ -87,16 +122,11 @@ void FlowTable::bucket_erase(uint32_t idx) {
 }
 
 uint32_t FlowTable::insert(const FlowKey& k, uint32_t h, FlowClass cls, Nanos now,
-                           uint32_t* evicted) {
+                           uint32_t* evicted, uint32_t owner) {
   *evicted = kNoFlow;
   if (size_ == capacity_) {
-    for (size_t c = 0; c < kFlowClasses; ++c) {
-      if (tail_[c] != kNoFlow) {
-        *evicted = tail_[c];
-        remove(tail_[c]);
-        break;
-      }
-    }
+    *evicted = victim(owner);
+    remove(*evicted);
   }
   uint32_t idx;
   if (free_head_ != kNoFlow) {
@@ -111,9 +141,11 @@ uint32_t FlowTable::insert(const FlowKey& k, uint32_t h, FlowClass cls, Nanos no
   f.key = k;
   f.hash = h;
   f.cls = cls;
+  f.owner = owner;
   f.created = f.last_seen = now;
   f.in_use = true;
   list_push_front(idx);
+  owner_push_front(idx);
   uint32_t b = h & mask_;
   while (buckets_[b] != 0) b = (b + 1) & mask_;
   buckets_[b] = idx + 1;
@@ -121,25 +153,66 @@ uint32_t FlowTable::insert(const FlowKey& k, uint32_t h, FlowClass cls, Nanos no
   return idx;
 }
 
+uint32_t FlowTable::victim(uint32_t owner) const {
+  for (size_t c = 0; c < kFlowClasses; ++c) {
+    if (tail_[c] == kNoFlow) continue;
+    if (owner != kNoOwner && c < owners_[owner].tail.size() && owners_[owner].tail[c] != kNoFlow) {
+      return owners_[owner].tail[c];
+    }
+    return tail_[c];
+  }
+  return kNoFlow;
+}
+
+uint32_t FlowTable::oldest_owned(uint32_t owner) const {
+  const OwnerLists& o = owners_[owner];
+  return o.tail[0] != kNoFlow ? o.tail[0] : o.tail[1];
+}
+
 void FlowTable::touch(uint32_t idx, Nanos now) {
   Flow& f = flows_[idx];
   f.last_seen = now;
-  if (head_[static_cast<size_t>(f.cls)] == idx) return;
-  list_unlink(idx);
-  list_push_front(idx);
+  if (head_[static_cast<size_t>(f.cls)] != idx) {
+    list_unlink(idx);
+    list_push_front(idx);
+  }
+  // Established flows (most packets) are in no owner list: nothing more to do for them.
+  if (owned(f) && owners_[f.owner].head[static_cast<size_t>(f.cls)] != idx) {
+    owner_unlink(idx);
+    owner_push_front(idx);
+  }
 }
 
 void FlowTable::set_class(uint32_t idx, FlowClass cls) {
   Flow& f = flows_[idx];
   if (f.cls == cls) return;
   list_unlink(idx);
+  owner_unlink(idx);
   f.cls = cls;
   list_push_front(idx);
+  owner_push_front(idx);
+}
+
+void FlowTable::restart(uint32_t idx, Nanos now) {
+  Flow& f = flows_[idx];
+  Flow fresh;
+  fresh.key = f.key;
+  fresh.created = fresh.last_seen = now;
+  fresh.hash = f.hash;
+  fresh.lru_prev = f.lru_prev;
+  fresh.lru_next = f.lru_next;
+  fresh.owner = f.owner;
+  fresh.owner_prev = f.owner_prev;
+  fresh.owner_next = f.owner_next;
+  fresh.cls = f.cls;
+  fresh.in_use = true;
+  f = fresh;
 }
 
 void FlowTable::remove(uint32_t idx) {
   bucket_erase(idx);
   list_unlink(idx);
+  owner_unlink(idx);
   Flow& f = flows_[idx];
   f.in_use = false;
   f.lru_next = free_head_;

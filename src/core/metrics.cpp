@@ -37,6 +37,30 @@ const char* to_string(Outcome o) {
   return "unknown";
 }
 
+const char* to_string(HandshakeKind k) {
+  switch (k) {
+    case HandshakeKind::kSyn:
+      return "syn";
+    case HandshakeKind::kSynAck:
+      return "syn_ack";
+    case HandshakeKind::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+const char* to_string(CapAction a) {
+  switch (a) {
+    case CapAction::kEvictedOwn:
+      return "evicted_own";
+    case CapAction::kUntracked:
+      return "untracked";
+    case CapAction::kCount:
+      break;
+  }
+  return "unknown";
+}
+
 void LatencyHistogram::observe(uint64_t ns) {
   size_t i = 0;
   while (i < kBoundsNs.size() && ns > kBoundsNs[i]) ++i;
@@ -289,6 +313,40 @@ void rsfc_state_family(Writer& w, const std::vector<QueueMetricsView>& qs) {
   }
 }
 
+// One sample per queue and value of an enum-indexed array of core counters.
+template <typename E, size_t N>
+void labelled_family(Writer& w, const std::vector<QueueMetricsView>& qs, const char* name,
+                     const char* help, const char* label_name,
+                     std::array<Counter, N> CoreCounters::*member) {
+  w.family(name, "counter", help);
+  for (const auto& q : qs) {
+    if (q.core == nullptr) continue;
+    for (size_t i = 0; i < N; ++i) {
+      w.sample(name, qlabel(q.queue) + "," + label(label_name, to_string(static_cast<E>(i))),
+               ((*q.core).*member)[i].get());
+    }
+  }
+}
+
+// SYNs and SYN-ACKs the engine did not take as a valid new handshake; the per-subscriber
+// flow cap.
+void guard_families(Writer& w, const std::vector<QueueMetricsView>& qs) {
+  labelled_family<HandshakeKind>(
+      w, qs, "rsfcd_handshake_ignored_total",
+      "SYNs and SYN-ACKs ignored (passed untouched, flow state unchanged) because they were "
+      "not a valid new handshake for their flow: a SYN-ACK not answering the SYN seen the "
+      "other way or after the handshake, a SYN on an established flow inside its sender's "
+      "sequence space or with another ISN during the handshake. Retransmissions with the "
+      "values already seen are not counted.",
+      "kind", &CoreCounters::handshake_ignored);
+  labelled_family<CapAction>(
+      w, qs, "rsfcd_flows_subscriber_cap_total",
+      "New flows of a subscriber at flows.max_per_subscriber: evicted_own counts the "
+      "subscriber's own closed or embryonic flows given up for them, untracked the packets "
+      "passed untracked because it had only established flows.",
+      "action", &CoreCounters::flows_subscriber_cap);
+}
+
 void processing_time_family(Writer& w, const std::vector<QueueMetricsView>& qs) {
   const char* h = "rsfcd_packet_processing_seconds";
   w.family(h, "histogram", "Time per packet from parse to verdict built.");
@@ -328,6 +386,7 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
   packet_families(w, qs);
   clamp_families(w, qs);
   queue_families(w, qs, &QueueMetricsView::core, kFlowFamilies);
+  guard_families(w, qs);
   rsfc_state_family(w, qs);
   queue_families(w, qs, &QueueMetricsView::core, kRegulatorFamilies);
   queue_families(w, qs, &QueueMetricsView::io, kQueueFamilies);

@@ -12,16 +12,13 @@ SubscriberTable::SubscriberTable(uint32_t capacity)
   for (uint32_t i = capacity; i > 0; --i) free_.push_back(i - 1);
 }
 
-uint32_t SubscriberTable::acquire(const IpAddr& addr, uint32_t hash) {
+uint32_t SubscriberTable::find_or_add(const IpAddr& addr, uint32_t hash) {
   uint32_t b = hash & mask_;
   for (;; b = (b + 1) & mask_) {
     const uint32_t slot = buckets_[b];
     if (slot == 0) break;
-    Entry& e = entries_[slot - 1];
-    if (e.hash == hash && e.addr == addr) {
-      ++e.refs;
-      return slot - 1;
-    }
+    const Entry& e = entries_[slot - 1];
+    if (e.hash == hash && e.addr == addr) return slot - 1;
   }
   if (free_.empty()) return kNone;
   const uint32_t idx = free_.back();
@@ -29,10 +26,22 @@ uint32_t SubscriberTable::acquire(const IpAddr& addr, uint32_t hash) {
   Entry& e = entries_[idx];
   e.addr = addr;
   e.hash = hash;
-  e.refs = 1;
+  e.refs = e.flows = 0;
   e.up = SubscriberUplink{};
   buckets_[b] = idx + 1;
   ++size_;
+  return idx;
+}
+
+uint32_t SubscriberTable::acquire(const IpAddr& addr, uint32_t hash) {
+  const uint32_t idx = find_or_add(addr, hash);
+  if (idx != kNone && entries_[idx].refs++ == 0) ++attached_;
+  return idx;
+}
+
+uint32_t SubscriberTable::add_flow(const IpAddr& addr, uint32_t hash) {
+  const uint32_t idx = find_or_add(addr, hash);
+  if (idx != kNone) ++entries_[idx].flows;
   return idx;
 }
 
@@ -40,6 +49,19 @@ void SubscriberTable::release(uint32_t idx) {
   if (idx >= entries_.size() || entries_[idx].refs == 0) return;
   Entry& e = entries_[idx];
   if (--e.refs > 0) return;
+  --attached_;
+  e.up = SubscriberUplink{};  // the next regulator to attach starts afresh
+  if (e.flows == 0) free_entry(idx);
+}
+
+void SubscriberTable::remove_flow(uint32_t idx) {
+  if (idx >= entries_.size() || entries_[idx].flows == 0) return;
+  Entry& e = entries_[idx];
+  if (--e.flows == 0 && e.refs == 0) free_entry(idx);
+}
+
+void SubscriberTable::free_entry(uint32_t idx) {
+  Entry& e = entries_[idx];
   // Find its bucket, then close the gap (backward-shift deletion: no tombstones, so lookups
   // never slow down however many subscribers came and went).
   uint32_t i = e.hash & mask_;

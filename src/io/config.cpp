@@ -910,6 +910,14 @@ const FieldTable<Config> kFlowsFields = {
      duration_field([](auto& c) -> auto& { return c.params.embryonic_timeout; }, kSecond,
                     {1, 3'600}),
      "Forget a flow whose handshake never completed after this long."},
+    {"max_per_subscriber",
+     uint_field(
+         [](auto& c) -> auto& { return c.params.max_flows_per_subscriber; }, 0, kU32Max),
+     "Flows one subscriber address may hold in a worker's table (0 = no cap), so that one "
+     "subscriber cannot push out another's flows. At the cap a new flow of the subscriber "
+     "takes the place of its own least recently seen closed or embryonic flow; if it has only "
+     "established flows the new one passes untracked (unregulated) until one of them ends. "
+     "Counted in rsfcd_flows_subscriber_cap_total."},
 };
 
 const FieldTable<Config> kMetricsFields = {

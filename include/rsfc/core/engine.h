@@ -34,7 +34,8 @@ struct PacketResult {
   // on reused ports.
   bool new_flow = false;
   // The flow-table slot of the packet's flow (see flow()); kNoFlow when no flow tracks it
-  // (unparsed, not a subscriber's, both knobs off, a RST of no known flow).
+  // (unparsed, not a subscriber's, both knobs off, a RST of no known flow, a new flow of a
+  // subscriber at its flow cap).
   uint32_t flow = kNoFlow;
   // An ACK whose window went through the knob (the window scale known; outcome kPassed,
   // kRewritten or kTruncatedCopy): the scale of its sender's windows, and the window in
@@ -85,12 +86,17 @@ class Engine {
   // (one call each per packet would cost ~10 % of the packet's time).
   inline bool classify(std::span<const uint8_t> pkt, PacketView& v, PacketResult& r);
   inline uint32_t flow_of(const PacketView& v, PacketResult& r, Nanos now);
-  inline void track_lifecycle(uint32_t idx, const PacketView& v, Nanos now, PacketResult& r);
+  inline bool track_lifecycle(uint32_t idx, const PacketView& v, Nanos now, PacketResult& r);
   inline void feed_regulators(uint32_t idx, const PacketView& v, Direction dir, Nanos now);
   inline void apply_knob(std::span<uint8_t> pkt, PacketView& v, uint32_t idx, Nanos now,
                          PacketMeta meta, PacketResult& r);
   uint32_t add_flow(const FlowKey& key, uint32_t h, const PacketView& v, Direction dir, Nanos now);
-  bool on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now);
+  bool room_for(uint32_t sub);
+  void drop_flow(uint32_t idx);
+  void release_flow(uint32_t idx);
+  uint32_t subscriber_hash(const FlowKey& key) const;
+  bool on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now, PacketResult& r);
+  bool on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool first);
   // Parts of apply_knob.
   inline const DirectionParams& knob_params(Direction dir) const;
   inline uint64_t knob_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,

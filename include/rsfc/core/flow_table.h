@@ -2,7 +2,10 @@
 // fixed-capacity table: memory is reserved once, lookups are open-addressed, and when
 // the table is full the least recently seen flow of the least valuable class is evicted
 // (closed, then embryonic/mid-stream, then established), so a SYN flood cannot push out
-// established flows before it has used up its own class.
+// established flows before it has used up its own class. Flows may have an owner (the
+// engine's subscriber entry): the closed and embryonic flows of each owner are also kept in
+// per-owner LRU lists, so that an owner's new flow can take the place of its own oldest
+// one (victim(), oldest_owned()) instead of another owner's.
 #pragma once
 
 #include <array>
@@ -54,6 +57,7 @@ enum class FlowClass : uint8_t { kClosed = 0, kTentative = 1, kEstablished = 2 }
 constexpr size_t kFlowClasses = 3;
 
 constexpr uint32_t kNoFlow = 0xffffffff;
+constexpr uint32_t kNoOwner = 0xffffffff;
 
 // Per-flow regulator state lives in the engine's parallel array (see engine.cpp); the
 // table only manages identity, lifetime and the handshake facts every policy needs.
@@ -75,6 +79,9 @@ struct Flow {
   uint32_t hash = 0;
   uint32_t lru_prev = kNoFlow;
   uint32_t lru_next = kNoFlow;
+  uint32_t owner = kNoOwner;      // e.g. the subscriber entry; kNoOwner = none
+  uint32_t owner_prev = kNoFlow;  // the owner's list of its flows of this class (closed and
+  uint32_t owner_next = kNoFlow;  // tentative only: the classes it may evict for itself)
   FlowClass cls = FlowClass::kTentative;
   bool in_use = false;
 };
@@ -83,7 +90,8 @@ class FlowTable {
  public:
   static constexpr uint32_t kBucketsPerFlow = 2;  // load factor <= 0.5
   // `capacity` flows at most; `seed` keys the hash (random in the daemon, fixed in tests)
-  // so that a remote party cannot aim collisions at us.
+  // so that a remote party cannot aim collisions at us. Owners are numbered below
+  // capacity + 1 (one per flow, plus the one of a flow being added to a full table).
   FlowTable(uint32_t capacity, uint64_t seed);
   FlowTable(const FlowTable&) = delete;
   FlowTable& operator=(const FlowTable&) = delete;
@@ -96,15 +104,28 @@ class FlowTable {
   // Index of the flow or kNoFlow.
   uint32_t find(const FlowKey& k, uint32_t h) const;
 
-  // Inserts a new flow (caller checked it is absent). When full, evicts the least
-  // recently seen flow of the lowest class first; `*evicted` gets its index (kNoFlow if
-  // none), so the caller can reset per-flow state kept elsewhere. The new flow is
-  // default-initialised with key, hash, class, created and last_seen set.
-  uint32_t insert(const FlowKey& k, uint32_t h, FlowClass cls, Nanos now, uint32_t* evicted);
+  // Inserts a new flow (caller checked it is absent). When full, evicts victim(owner);
+  // `*evicted` gets its index (kNoFlow if none), so the caller can reset per-flow state kept
+  // elsewhere. The new flow is default-initialised with key, hash, class, owner, created
+  // and last_seen set.
+  uint32_t insert(const FlowKey& k, uint32_t h, FlowClass cls, Nanos now, uint32_t* evicted,
+                  uint32_t owner = kNoOwner);
+  // The flow a full table gives up for a new flow of `owner`: the least recently seen of
+  // the lowest non-empty class, the owner's own one of that class if it has one (closed
+  // and tentative classes; established flows are taken in global LRU order).
+  uint32_t victim(uint32_t owner) const;
+  // The owner's least recently seen closed flow, else tentative one; kNoFlow if it has
+  // only established flows (or none).
+  uint32_t oldest_owned(uint32_t owner) const;
+  // Memory per flow: entry, hash buckets, per-owner list heads.
+  static size_t bytes_per_flow();
 
   // Marks the flow as just seen (moves it to the front of its class list).
   void touch(uint32_t idx, Nanos now);
   void set_class(uint32_t idx, FlowClass cls);
+  // Starts the flow over in its slot (its ports were reused): all but its key and the
+  // table's bookkeeping back to defaults, created and last seen `now`.
+  void restart(uint32_t idx, Nanos now);
   void remove(uint32_t idx);
 
   // Removes flows of class `cls` not seen since `before`, oldest first; calls
@@ -134,6 +155,17 @@ class FlowTable {
   void list_unlink(uint32_t idx);
   void list_push_front(uint32_t idx);
   void bucket_erase(uint32_t idx);
+  void owner_unlink(uint32_t idx);
+  void owner_push_front(uint32_t idx);
+  // The flow is in its owner's list (it has one, and is closed or tentative).
+  static bool owned(const Flow& f) {
+    return f.owner != kNoOwner && f.cls != FlowClass::kEstablished;
+  }
+
+  struct OwnerLists {  // per owner: head and tail of its closed and its tentative flows
+    std::array<uint32_t, 2> head{kNoFlow, kNoFlow};
+    std::array<uint32_t, 2> tail{kNoFlow, kNoFlow};
+  };
 
   static constexpr size_t kKeyBytes = 16 + 16 + 2 + 2 + 1;
 
@@ -147,6 +179,7 @@ class FlowTable {
   std::array<uint32_t, kFlowClasses> head_{kNoFlow, kNoFlow, kNoFlow};
   std::array<uint32_t, kFlowClasses> tail_{kNoFlow, kNoFlow, kNoFlow};
   std::array<uint32_t, kFlowClasses> class_size_{};
+  std::vector<OwnerLists> owners_;  // capacity + 1, allocated once
 };
 
 }  // namespace rsfc

@@ -42,6 +42,15 @@ enum class Outcome : uint8_t {
 };
 const char* to_string(Outcome o);
 
+// A SYN or SYN-ACK the engine did not accept as a valid new handshake (ignored: passed
+// untouched, nothing learned, the regulators not fed).
+enum class HandshakeKind : uint8_t { kSyn = 0, kSynAck, kCount };
+const char* to_string(HandshakeKind k);  // "syn" / "syn_ack"
+
+// What a new flow of a subscriber at its flow cap (flows.max_per_subscriber) did.
+enum class CapAction : uint8_t { kEvictedOwn = 0, kUntracked, kCount };
+const char* to_string(CapAction a);  // "evicted_own" / "untracked"
+
 // Log-spaced latency histogram (nanoseconds), Prometheus style cumulative on export.
 class LatencyHistogram {
  public:
@@ -73,6 +82,11 @@ struct CoreCounters {
   Counter flows_no_timestamps;
   Counter flows_active;      // gauge
   Counter flows_table_full;  // new flow refused because eviction found nothing
+  // SYNs and SYN-ACKs ignored on a flow they do not fit (spoofed, or too late to matter).
+  std::array<Counter, static_cast<size_t>(HandshakeKind::kCount)> handshake_ignored{};
+  // New flows of subscribers at their cap: own flows evicted for them (also in
+  // flows_evicted), and packets left untracked (every packet of such a flow counts).
+  std::array<Counter, static_cast<size_t>(CapAction::kCount)> flows_subscriber_cap{};
   // RSFC/DRWA health, gauges of flows per controller state etc. are added by the engine.
   std::array<Counter, 4> rsfc_flows_in_state{};  // indexed by RsfcState
   Counter rsfc_windows_applied;

@@ -81,6 +81,10 @@ struct EngineParams {
   Nanos idle_timeout = 300 * kSecond;
   Nanos closed_timeout = 10 * kSecond;     // FIN/RST seen both ways: linger for late ACKs
   Nanos embryonic_timeout = 30 * kSecond;  // handshake not completed
+  // Flows one subscriber address may hold in a worker's table; 0 = no cap. At the cap a new
+  // flow takes the place of the subscriber's own oldest closed or embryonic flow, else it is
+  // left untracked: never another subscriber's flow.
+  uint32_t max_flows_per_subscriber = 4096;
   RsfcParams rsfc;
   DrwaParams drwa;
 };

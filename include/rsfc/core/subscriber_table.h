@@ -1,9 +1,11 @@
-// Per-subscriber state shared by the regulated uploads of one subscriber address
-// (SubscriberUplink, regulator.h). Fixed capacity, all memory taken at construction,
-// no allocation afterwards; each entry is held by the flows that reference it and freed with
-// the last of them. The caller supplies the hash: the engine passes FlowTable::hash of the
-// subscriber's family and whole address (SipHash under the worker's random seed), so that
-// hostile addresses, interface IDs included, cannot pick colliding buckets.
+// Per-subscriber state: the number of flows the engine tracks for a subscriber address (for
+// the per-subscriber flow cap), and the state shared by its regulated uploads
+// (SubscriberUplink, regulator.h). Fixed capacity, all memory taken at construction, no
+// allocation afterwards. An entry is held by its tracked flows (add_flow) and by its flows'
+// regulators (acquire); it is freed when neither holds it, and its SubscriberUplink starts
+// afresh whenever the last regulator lets go. The caller supplies the hash: the engine passes
+// FlowTable::hash of the subscriber's family and whole address (SipHash under the worker's random
+// seed), so that hostile addresses, interface IDs included, cannot pick colliding buckets.
 #pragma once
 
 #include <cstdint>
@@ -20,28 +22,39 @@ class SubscriberTable {
 
   explicit SubscriberTable(uint32_t capacity);
 
-  // The entry of `addr` (created if needed) with one more reference; kNone when all
-  // `capacity` entries are in use by other addresses.
+  // The entry of `addr` (created if needed) with one more regulator reference; kNone when
+  // all `capacity` entries are in use by other addresses.
   uint32_t acquire(const IpAddr& addr, uint32_t hash);
-  // One reference less; the entry is freed (and its state reset) at zero.
+  // One regulator reference less; at zero the shared state is reset (and the entry freed if
+  // it tracks no flow).
   void release(uint32_t idx);
+  // The same for tracked flows: one more (the entry created if needed; kNone when full), one
+  // less (the entry freed when neither flows nor regulators hold it).
+  uint32_t add_flow(const IpAddr& addr, uint32_t hash);
+  void remove_flow(uint32_t idx);
   SubscriberUplink& at(uint32_t idx) { return entries_[idx].up; }
   uint32_t refs(uint32_t idx) const { return entries_[idx].refs; }
-  uint32_t size() const { return size_; }
+  uint32_t flows(uint32_t idx) const { return entries_[idx].flows; }
+  uint32_t size() const { return size_; }          // entries in use
+  uint32_t attached() const { return attached_; }  // entries with regulator references
   static size_t bytes_per_entry() { return sizeof(Entry) + 3 * sizeof(uint32_t); }
 
  private:
   struct Entry {
     IpAddr addr;
     uint32_t hash = 0;
-    uint32_t refs = 0;
+    uint32_t refs = 0;   // regulators attached to `up`
+    uint32_t flows = 0;  // flows tracked
     SubscriberUplink up;
   };
+  uint32_t find_or_add(const IpAddr& addr, uint32_t hash);
+  void free_entry(uint32_t idx);
   std::vector<Entry> entries_;     // fixed pool; an index stays valid while referenced
   std::vector<uint32_t> free_;     // free pool indices (stack)
   std::vector<uint32_t> buckets_;  // linear probing: pool index + 1, 0 = empty
   uint32_t mask_ = 0;
   uint32_t size_ = 0;
+  uint32_t attached_ = 0;
 };
 
 }  // namespace rsfc
