@@ -103,15 +103,19 @@ void DownlinkQueueRegulator::on_downlink_segment(Nanos now, const TcpSegment& s,
   }
 }
 
-// The server's data: the highest end forwarded (in flight), and the queue estimator's slots.
-// A slot every W / kSlotsPerRtt bytes, not every so many milliseconds: a server whose ACKs
-// arrive in bursts (behind an upload's packets in the uplink buffer) sends its data in
-// bursts, and time-spaced slots would only ever time a burst's first segment, which finds
-// the queue the previous burst left drained.
+// The server's data: the highest end forwarded (in flight), and the queue estimator's slots:
+// one every W / kSlotsPerRtt bytes, and the head of each burst. A server whose ACKs arrive in
+// bursts (behind an upload's packets in the uplink buffer) sends its data in bursts; slots
+// every so many milliseconds would only ever time a burst's head, and slots every so many
+// bytes alone could miss every head.
 void DownlinkQueueRegulator::on_data(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p) {
   const uint32_t end = s.end();
   if (end == s.seq) return;  // a pure ACK of the server's (to the phone's own data)
   const bool fresh = !data_known_ || seq_gt(end, data_high_);
+  // The head of a burst (data after a gap of a sixth of a round trip) finds the queue the
+  // previous burst left: if the link idled in between, that is empty, and only such a sample
+  // says so.
+  const bool head = data_known_ && now - last_data_at_ > spacing(p);
   if (!data_known_) sample_mark_ = s.seq;
   if (fresh) data_high_ = end;
   data_known_ = true;
@@ -120,13 +124,19 @@ void DownlinkQueueRegulator::on_data(Nanos now, const TcpSegment& s, const Downl
     const int32_t out = static_cast<int32_t>(data_high_ - ack_high_);
     in_flight_max_ = std::max(in_flight_max_, static_cast<uint32_t>(std::max(0, out)));
   }
+  // The server sent up to the right edge it had (the one this regulator asked for a server
+  // half ago): it uses the whole window.
+  const auto sh = server_half_min_.get(now, p.horizon);
+  if (const auto e = edge_at(now - (sh ? sh->value : 0)); e && !seq_lt(end + mss_, *e)) {
+    window_used_ = true;
+  }
   if (!ts_) return;
   // Every segment goes to the estimator (it cancels the slots a retransmission covers); only
   // one at a mark may take a slot.
   const double w = clamping_ ? window_ : static_cast<double>(startup_window(p));
   const auto step = static_cast<uint32_t>(std::max<double>(mss_, w / kSlotsPerRtt));
   if (seq_gt(sample_mark_, end + step)) sample_mark_ = end + step;  // W was cut
-  const bool mark = fresh && !seq_lt(end, sample_mark_);
+  const bool mark = fresh && (head || !seq_lt(end, sample_mark_));
   queue_.on_data(now, s.seq, end, mark ? 0 : DownlinkQueueEstimator::kMaxAge);
   if (!mark) return;
   marks_[next_mark_] = {now, end, true};
@@ -145,7 +155,7 @@ void DownlinkQueueRegulator::on_uplink_segment(Nanos now, const TcpSegment& s,
   const bool ack = s.ack_flag() && !s.syn();
   std::optional<Nanos> q, forwarded;  // q_down sample, and when its segment was forwarded
   if (ack) {
-    q = queue_.on_ack(now, s.ack, s.tsval, ns_per_tick(), p.horizon, p.filter);
+    q = queue_.on_ack(now, s.ack, s.tsval, ns_per_tick(), p.horizon, trough_span(p));
     if (q) forwarded = mark_time(queue_.last_matched_end());
   }
   // The tick from the phone's segments (upper bound) and the data they answer (lower bound).
@@ -180,6 +190,30 @@ void DownlinkQueueRegulator::on_ack(Nanos now, const TcpSegment& s, std::optiona
   const Nanos round_trip = now - *forwarded;
   path_min_.update(now, std::max<Nanos>(0, round_trip - own - *up), p.horizon);
   add_rtt(now, std::max<Nanos>(0, round_trip - own), p);
+}
+
+// The right edges asked for, with their times (a ring, one entry per spacing at most).
+void DownlinkQueueRegulator::note_edge(Nanos now, uint32_t edge, const DownlinkQueueParams& p) {
+  EdgeAt& last = edges_[(next_edge_ + kEdges - 1) % kEdges];
+  if (last.valid && now - last.time < spacing(p)) {
+    last.edge = edge;  // the latest edge of this spacing
+    return;
+  }
+  edges_[next_edge_] = {now, edge, true};
+  next_edge_ = static_cast<uint8_t>((next_edge_ + 1) % kEdges);
+}
+
+// The highest right edge asked for at or before `t` (the latest entry not after it).
+std::optional<uint32_t> DownlinkQueueRegulator::edge_at(Nanos t) const {
+  std::optional<uint32_t> best;
+  Nanos best_time = 0;
+  for (const EdgeAt& e : edges_) {
+    if (e.valid && e.time <= t && (!best || e.time > best_time)) {
+      best = e.edge;
+      best_time = e.time;
+    }
+  }
+  return best;
 }
 
 std::optional<Nanos> DownlinkQueueRegulator::mark_time(uint32_t end) const {
@@ -237,6 +271,7 @@ WindowDecision DownlinkQueueRegulator::target_window(Nanos now, const DownlinkQu
   if (ack_known_ && (!edge_known_ || seq_gt(edge, edge_max_))) {
     edge_max_ = edge;
     edge_known_ = true;
+    note_edge(now, edge, p);
   }
   return d;
 }
@@ -308,19 +343,24 @@ DownlinkQueueRegulator::Signals DownlinkQueueRegulator::measure(Nanos now,
   const Nanos round_trip = s.rtt_now + (s.q_down ? *s.q_down : 0);
   s.sending = data_known_ && (last_data_at_ > last_step_at_ ||
                               now - last_data_at_ <= std::max(s.interval, round_trip));
-  // What the server had out at the peak since the previous step (+ the server half's share).
+  // What the server had out at the peak since the previous step (+ the server half's share);
+  // the whole window if its data reached the right edge. (Data released by a burst of ACKs
+  // comes a server half after them: the gateway's view alone misses it.)
   s.in_flight = static_cast<double>(in_flight_max_) + s.rate * seconds(s.server_half);
+  if (window_used_ && clamping_) s.in_flight = std::max(s.in_flight, window_);
   in_flight_max_ = 0;
+  window_used_ = false;
   s.ready = s.q_down && s.rtt && s.rate > 0;
   return s;
 }
 
-// q_down: the estimator's filtered reading (the minimum of its raw samples over `filter`;
-// its last raw sample when none is that recent), less the baseline offset a drain found.
+// q_down: the estimator's filtered reading (the minimum of its raw samples over
+// trough_span(); its last raw sample when none is that recent), less the baseline offset a
+// drain found.
 std::optional<Nanos> DownlinkQueueRegulator::queue_now(Nanos now,
                                                        const DownlinkQueueParams& p) const {
   if (ns_per_tick() <= 0 || queue_.samples() == 0) return std::nullopt;
-  auto f = queue_.filtered(now, p.filter);
+  auto f = queue_.filtered(now, trough_span(p));
   if (!f) f = queue_.last_raw();
   if (!f) return std::nullopt;
   return std::max<Nanos>(0, *f - offset_);
@@ -382,6 +422,13 @@ Nanos DownlinkQueueRegulator::control_interval(const Readings& r, const Downlink
   const Nanos base = r.rtt ? *r.rtt : r.rtt_min ? *r.rtt_min : 0;
   const Nanos hi = std::max(p.max_interval, p.interval_floor);
   return std::clamp(base, p.interval_floor, hi);
+}
+
+// The trough is the minimum over at least one round trip with its queue: data and ACKs that
+// come in bursts (behind an upload) cycle once per round trip, and a shorter span would read
+// the top of one cycle and the bottom of the next by turns.
+Nanos DownlinkQueueRegulator::trough_span(const DownlinkQueueParams& p) const {
+  return std::max(p.filter, last_.rtt_now + last_.q_down.value_or(0));
 }
 
 Nanos DownlinkQueueRegulator::spacing(const DownlinkQueueParams& p) const {
@@ -452,7 +499,7 @@ double DownlinkQueueRegulator::probe(Nanos now, const Signals& s, const Downlink
   window_ += std::max(step, static_cast<double>(mss_));
   // The next step waits until this one shows in q_down: the data it lets in, a round trip to
   // its ACK, and the filter.
-  probe_wait_ = now + s.rtt_now + static_cast<Nanos>(s.q()) + p.filter;
+  probe_wait_ = now + s.rtt_now + static_cast<Nanos>(s.q()) + trough_span(p);
   probe_rate_ = s.rate_now;
   probe_growth_ = step / (window_ - step);
   ++probe_streak_;
@@ -561,15 +608,17 @@ void DownlinkQueueRegulator::enter_drain(Nanos now, const Signals& s, const Down
   drain_.window_before = window_;
   drain_.rate_before = s.rate;
   drain_.falls_before = link_falls_;
-  // A flow's first drain, and one after evidence that may stand on a re-learnt min(d), go to
-  // the floor: a queue hidden in min(d) is in the round trip too (sample minus q_down), and a
-  // drain sized on it would not empty the queue.
-  // (At least kDrainSegments: with fewer in flight a phone acknowledges each segment after
-  // its delayed-ACK timer, and every sample then carries the timer.)
+  // A flow's first drain, and one after evidence that may stand on a re-learnt min(d), are
+  // sized on the base round trip plus the ACKs' uplink wait, not on rtt_now: a queue hidden
+  // in min(d) is in rtt_now too, and a drain sized on it would not empty the queue. (Not on
+  // the floor: next to an unregulated upload the ACKs wait seconds, and a floor drain would
+  // stop the download for as long.) At least kDrainSegments: with fewer in flight a phone
+  // acknowledges each segment after its delayed-ACK timer, and every sample carries it.
+  Nanos rtt = s.rtt_now;
+  if ((!drained_once_ || suspect_) && s.rtt_min && s.q_up)
+    rtt = std::min(rtt, *s.rtt_min + *s.q_up);
   const double floor = std::max(min_window(), kDrainSegments * static_cast<double>(mss_));
-  const double w = drained_once_ && !suspect_
-                       ? std::max(p.drain_fraction * s.rate * seconds(s.rtt_now), floor)
-                       : floor;
+  const double w = std::max(p.drain_fraction * s.rate * seconds(rtt), floor);
   window_ = std::min(window_, w);
   cut_edge_ = edge_max_;
   ++drains_;

@@ -81,10 +81,10 @@
 // DRAIN    W = drain_fraction * rate * rtt_now until a sample of data sent under the cut sees
 //          the queue empty (then W is back where it was: a drain is a measurement), or for
 //          path_check. The first drain, and one after evidence that may stand on a
-//          re-learnt min(d), go to the floor (kDrainSegments): a queue hidden in min(d) is in
-//          rtt too, and a drain sized on it would not empty the queue. A queue seen empty
-//          skips the boundaries while that evidence outlives the next one (min(d) keeps a
-//          sample 7/8 of the horizon at least).
+//          re-learnt min(d), are sized on the base round trip plus the ACKs' uplink wait: a
+//          queue hidden in min(d) is in rtt too, and a drain sized on it would not empty it. A
+//          queue seen empty skips the boundaries while that evidence outlives the next one (min(d)
+//          keeps a sample 7/8 of the horizon at least).
 //
 // The link falling: while q_down > T the downlink is busy, so the delivered rate is its
 // capacity. Two rate samples in a row below fall_fraction of the windowed maximum restart the
@@ -250,6 +250,13 @@ class DownlinkQueueRegulator {
     bool valid = false;
   };
   static constexpr size_t kMarks = 2 * DownlinkQueueEstimator::kSlots;
+  // A right edge asked for, and when.
+  struct EdgeAt {
+    Nanos time = 0;
+    uint32_t edge = 0;
+    bool valid = false;
+  };
+  static constexpr size_t kEdges = 8;
   // The phone-clock rate sample in progress.
   struct RateSample {
     int64_t start_ticks = 0;  // TSval of the ACK that opened it
@@ -264,6 +271,8 @@ class DownlinkQueueRegulator {
               std::optional<Nanos> forwarded, std::optional<Nanos> up,
               const DownlinkQueueParams& p);
   std::optional<Nanos> mark_time(uint32_t end) const;
+  void note_edge(Nanos now, uint32_t edge, const DownlinkQueueParams& p);
+  std::optional<uint32_t> edge_at(Nanos t) const;
   void count_acked(uint32_t ack, int64_t ticks, const DownlinkQueueParams& p);
   void add_rtt(Nanos now, Nanos rtt_no_queue, const DownlinkQueueParams& p);
 
@@ -294,6 +303,7 @@ class DownlinkQueueRegulator {
   static Nanos control_interval(const Readings& r, const DownlinkQueueParams& p);
   Nanos interval(const DownlinkQueueParams& p) const { return control_interval(last_, p); }
   Nanos spacing(const DownlinkQueueParams& p) const;
+  Nanos trough_span(const DownlinkQueueParams& p) const;
   double ns_per_tick() const { return up_delay_.tick().ns_per_tick(); }
   uint32_t startup_window(const DownlinkQueueParams& p) const;
   double min_window() const { return static_cast<double>(min_segments_) * mss_; }
@@ -353,8 +363,11 @@ class DownlinkQueueRegulator {
   double probe_growth_ = 0;    // ... and the growth that step made
   double recover_window_ = 0;  // W before the last fall: probed back to quickly
   Nanos recover_until_ = 0;
-  uint32_t edge_max_ = 0;  // highest right edge this regulator asked for (ack + W)
-  uint32_t cut_edge_ = 0;  // edge_max_ when W was last cut
+  uint32_t edge_max_ = 0;               // highest right edge this regulator asked for (ack + W)
+  uint32_t cut_edge_ = 0;               // edge_max_ when W was last cut
+  std::array<EdgeAt, kEdges> edges_{};  // the latest right edges asked for (a ring)
+  uint8_t next_edge_ = 0;
+  bool window_used_ = false;  // since the last step the server's data reached its right edge
   bool edge_known_ = false;
 
   // DRAIN.
