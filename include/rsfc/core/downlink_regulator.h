@@ -94,12 +94,15 @@
 // (up to doubling W, without the queue cap) as long as the delivered rate followed the
 // previous step up.
 //
-// Next to an upload (rsfc on the uplink), the phone's two queues phase-lock in the packet
-// simulator: ACKs held behind the upload's data are released together and the server answers
-// with a burst, which holds the upload's ACKs in the downlink queue, and so on. At 90 % of the
-// download's rate the downlink queue must hold data for as long as the ACKs are held, so no
-// window law brings the phone's p95 under that swing; this law sits on the trade-off line the
-// static clamps trace there (test/downlink_regulator_test.cpp).
+// Next to an upload the phone's two queues phase-lock (seen in the packet simulator): ACKs
+// held behind the upload's data leave the uplink buffer together, the server answers with a
+// burst, whose queue holds the upload's ACKs, and so on. For the download to keep its rate
+// the downlink buffer must then hold its data for as long as its ACKs are held, so the
+// downlink queue's peaks follow the uplink queue's swings whatever the window law. This law
+// keeps the download's rate (it controls the queue's trough, which is above zero only while
+// the link never idles, and times the burst heads that find it idle): the phone's latency is
+// then what the uplink queue's swings make it. With the uplink queue held steady it meets the
+// targets (test/downlink_regulator_test.cpp).
 //
 // Phones without timestamps: the downlink queue cannot be told from the ACKs' uplink wait
 // (the ACK round trip holds both: docs/DESIGN.md §4a), and a law acting on their sum starves
