@@ -23,22 +23,6 @@ using sim::Scenario;
 
 constexpr int kSeeds = 3;
 
-// The SimLinks links: 3G-like, 7.2 Mbit/s / 256 KB down, 2 Mbit/s / 1 MB up, 20 ms one way;
-// LTE-like, 30 Mbit/s / 1 MB down, 10 Mbit/s / 2 MB up, 30 ms one way.
-Scenario three_g() {
-  return {};
-}
-Scenario lte() {
-  Scenario s;
-  s.up_bps = 10e6;
-  s.up_buffer = 2'000'000;
-  s.down_bps = 30e6;
-  s.down_buffer = 1'000'000;
-  s.p1 = 20 * kMilli;
-  s.p2 = 10 * kMilli;
-  return s;
-}
-
 enum class Down { kOff, kDrwa, kStatic, kQueue };
 
 const char* name(Down d) {
@@ -105,7 +89,7 @@ double ms(Nanos t) {
 
 struct LinkCase {
   const char* name;
-  Scenario (*make)();
+  Scenario (*make)();  // sim::three_g_link, sim::lte_link
 };
 
 class SimDownlinkQueue : public ::testing::TestWithParam<LinkCase> {};
@@ -226,8 +210,8 @@ TEST_P(SimDownlinkQueue, TimestamplessPhoneNoHarm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Links, SimDownlinkQueue,
-                         ::testing::Values(LinkCase{"hspa_2_7", three_g},
-                                           LinkCase{"lte_10_30", lte}),
+                         ::testing::Values(LinkCase{"hspa_2_7", sim::three_g_link},
+                                           LinkCase{"lte_10_30", sim::lte_link}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 // The true downlink queue (mean, p95) and the download's rate over [from, to).
@@ -278,7 +262,7 @@ TEST(SimDownlinkQueueVariable, CapacityDropAndOutage) {
        {Event{"drop to 1/4", 0.25, 10 * kSecond}, Event{"drop to 1/10", 0.1, 10 * kSecond},
         Event{"outage", 0, 2 * kSecond}}) {
     for (const Nanos at : {15 * kSecond, 16250 * kMilli, 17500 * kMilli}) {
-      Scenario s = three_g();
+      Scenario s = sim::three_g_link();
       s.uploads = 0;
       s.warmup = 5 * kSecond;
       s.duration = at + e.length + 10 * kSecond;

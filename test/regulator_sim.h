@@ -523,6 +523,23 @@ struct Scenario {
   uint32_t seed = 0;  // != 0: other TS clock offsets (phone and server): another phase
 };
 
+// The links of the SimLinks tests: 3G-like (the defaults: 2 Mbit/s / 1 MB up, 7.2 Mbit/s /
+// 256 KB down, 20 ms one way) and LTE-like (10 Mbit/s / 2 MB up, 30 Mbit/s / 1 MB down, 30 ms
+// one way).
+inline Scenario three_g_link() {
+  return {};
+}
+inline Scenario lte_link() {
+  Scenario s;
+  s.up_bps = 10e6;
+  s.up_buffer = 2'000'000;
+  s.down_bps = 30e6;
+  s.down_buffer = 1'000'000;
+  s.p1 = 20 * kMilli;
+  s.p2 = 10 * kMilli;
+  return s;
+}
+
 // One sample of the measurement period (every 10 ms from the warmup on).
 struct Sample {
   Nanos t = 0;
