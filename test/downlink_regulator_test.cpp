@@ -21,6 +21,74 @@ namespace {
 using sim::Result;
 using sim::Scenario;
 
+// --- Scripted ------------------------------------------------------------------------------
+
+// The constants with an RSFC namesake come from RsfcParams (one operator key for both knobs).
+TEST(DownlinkQueueRegulator, SharedConstantsComeFromRsfcParams) {
+  RsfcParams r;
+  r.threshold = 30 * kMilli;
+  r.threshold_ceiling = 120 * kMilli;
+  r.min_window_horizon = 7 * kSecond;
+  r.tbuff_filter = 150 * kMilli;
+  r.fast_target = 0.5;
+  r.min_refresh = 4 * kSecond;
+  r.monitor_after_steps = 5;
+  const DownlinkQueueParams p = downlink_params_from(r);
+  EXPECT_EQ(p.threshold, r.threshold);
+  EXPECT_EQ(p.threshold_ceiling, r.threshold_ceiling);
+  EXPECT_EQ(p.horizon, r.min_window_horizon);
+  EXPECT_EQ(p.filter, r.tbuff_filter);
+  EXPECT_EQ(p.fast_target, r.fast_target);
+  EXPECT_EQ(p.min_refresh, r.min_refresh);
+  EXPECT_EQ(p.drain_after_steps, r.monitor_after_steps);
+  EXPECT_EQ(p.fall_fraction, DownlinkQueueParams{}.fall_fraction);  // the downlink's own
+}
+
+// A handshake without timestamps: the flow is left alone, and says so once (one logged step,
+// the fallback read-out the metrics count).
+TEST(DownlinkQueueRegulator, WithoutTimestampsNoClampAndSaysSo) {
+  DownlinkQueueRegulator reg;
+  const DownlinkQueueParams p;
+  TcpSegment syn;
+  syn.seq = 1000;
+  syn.flags = tcpflag::kSyn;
+  syn.mss_option = 1460;
+  reg.on_uplink_segment(0, syn, p);
+  TcpSegment synack;
+  synack.seq = 5000;
+  synack.ack = 1001;
+  synack.flags = tcpflag::kSyn | tcpflag::kAck;
+  reg.on_downlink_segment(10 * kMilli, synack, p);
+  TcpSegment ack;
+  ack.seq = 1001;
+  ack.ack = 5001;
+  ack.flags = tcpflag::kAck;
+  reg.on_uplink_segment(20 * kMilli, ack, p);
+  const WindowDecision first = reg.target_window(20 * kMilli, p);
+  EXPECT_TRUE(first.stepped);
+  EXPECT_EQ(first.window, kNoClamp);
+  EXPECT_EQ(reg.state(), DownlinkState::kNoTimestamps);
+  EXPECT_STREQ(reg.state_name(), "no_timestamps");
+  EXPECT_TRUE(reg.fallback());
+  EXPECT_FALSE(reg.timestamps());
+  EXPECT_EQ(reg.window(), kNoClamp);
+  for (Nanos t = 30 * kMilli; t < kSecond; t += 10 * kMilli) {
+    TcpSegment data;
+    data.seq = 5001 + static_cast<uint32_t>(t / kMilli) * 1448;
+    data.ack = 1001;
+    data.payload_len = 1448;
+    data.flags = tcpflag::kAck;
+    reg.on_downlink_segment(t, data, p);
+    ack.ack = data.seq + data.payload_len;
+    reg.on_uplink_segment(t + 5 * kMilli, ack, p);
+    const WindowDecision d = reg.target_window(t + 5 * kMilli, p);
+    EXPECT_FALSE(d.stepped);
+    EXPECT_EQ(d.window, kNoClamp);
+  }
+}
+
+// --- Closed loop: the packet simulator -----------------------------------------------------
+
 constexpr int kSeeds = 3;
 
 enum class Down { kOff, kDrwa, kStatic, kQueue };
