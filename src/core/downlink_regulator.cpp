@@ -479,9 +479,10 @@ void DownlinkQueueRegulator::slow(Nanos now, const Signals& s, const DownlinkQue
 
 // Growth proportional to the window (N downloads of one phone grow like one), at most
 // probe_step_queue * T of queue per step, the cap doubling while the queue stays short. After
-// a fall, back to the window the flow had before it: the growth itself doubles with each step
-// that still finds the queue short (a recovery is probed back in a few round trips; if the
-// link did not recover, the first step that builds a queue ends it). Returns the growth used.
+// a fall, back to the window the flow had before it (for one horizon): the growth itself
+// doubles with each step, without the cap, while the delivered rate follows the window up (a
+// recovery is probed back in a few round trips; a link that stayed slow does not follow, and
+// the probe goes back to the normal growth). Returns the growth used.
 double DownlinkQueueRegulator::probe(Nanos now, const Signals& s, const DownlinkQueueParams& p) {
   const double streak = static_cast<double>(1u << std::min(probe_streak_, p.probe_doublings));
   double growth = p.growth_per_rtt;
