@@ -9,8 +9,10 @@
 // per-host tick and offset, TS.Recent as RFC 7323, delayed ACKs (every 2nd segment, 40 ms),
 // out-of-order buffering. Losses are announced to the sender one RTT after the drop (an
 // oracle standing in for SACK). The gateway runs the regulators exactly as the engine does
-// (feed, target, clamp with floor and right-edge rule, report the edge). Test-only code:
-// allocations and std::function are fine here.
+// (feed, target, clamp with floor and right-edge rule, report the edge). The downlink knob
+// runs DRWA (Policy::kDrwa), a static clamp, or the downlink queue regulator
+// (Scenario::downlink_queue_regulator, a sim-only switch: downlink_regulator.h). Test-only
+// code: allocations and std::function are fine here.
 #pragma once
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "rsfc/core/downlink_regulator.h"
 #include "rsfc/core/drwa.h"
 #include "rsfc/core/rsfc_controller.h"
 
@@ -511,13 +514,39 @@ struct Scenario {
   std::vector<Link::RateStep> up_rate_steps;  // uplink capacity changes (up_bps until the first)
   std::string trace_path;                     // optional CSV of the first upload's controller
   bool subscriber_state = true;               // the flows' regulators share SubscriberUplink
+  // The downlink knob runs DownlinkQueueRegulator (whatever `downlink` says).
+  bool downlink_queue_regulator = false;
+  DownlinkQueueParams dlq;
+  std::vector<Link::Outage> down_outages;       // downlink outages (packets wait them out)
+  std::vector<Link::RateStep> down_rate_steps;  // downlink capacity changes (down_bps until)
+  Nanos download_start = 0;                     // the downloads start this much later
+  uint32_t seed = 0;  // != 0: other TS clock offsets (phone and server): another phase
 };
+
+// The links of the SimLinks tests: 3G-like (the defaults: 2 Mbit/s / 1 MB up, 7.2 Mbit/s /
+// 256 KB down, 20 ms one way) and LTE-like (10 Mbit/s / 2 MB up, 30 Mbit/s / 1 MB down, 30 ms
+// one way).
+inline Scenario three_g_link() {
+  return {};
+}
+inline Scenario lte_link() {
+  Scenario s;
+  s.up_bps = 10e6;
+  s.up_buffer = 2'000'000;
+  s.down_bps = 30e6;
+  s.down_buffer = 1'000'000;
+  s.p1 = 20 * kMilli;
+  s.p2 = 10 * kMilli;
+  return s;
+}
 
 // One sample of the measurement period (every 10 ms from the warmup on).
 struct Sample {
   Nanos t = 0;
   double upq_ms = 0;          // uplink queue delay
   uint64_t up_delivered = 0;  // in-order bytes the uploads' servers received so far, all flows
+  double downq_ms = 0;          // downlink queue delay
+  uint64_t down_delivered = 0;  // in-order bytes the downloads' phones received so far
 };
 
 struct Result {
@@ -561,6 +590,8 @@ class Simulation {
     up_.prop_steps = sc.p1_steps;
     up_.rate_steps = sc.up_rate_steps;
     down_.prop_steps = sc.p1_steps;
+    down_.outages = sc.down_outages;
+    down_.rate_steps = sc.down_rate_steps;
     up_.deliver = [this](const Packet& p) { gw_from_phone(p); };
     to_srv_.deliver = [this](const Packet& p) { server_receive(p); };
     from_srv_.deliver = [this](const Packet& p) { gw_from_server(p); };
@@ -580,8 +611,9 @@ class Simulation {
       auto f = std::make_unique<FlowState>();
       f->upload = upload;
       if (sc_.subscriber_state) f->rsfc.attach(&phone_uplink_);  // one phone: one subscriber
-      TsClock phone_clock{sc_.phone_tick, 123'456'789 + i * 7'777'777};
-      TsClock srv_clock{kMilli, 987'654'321 + i * 3'333'333};
+      const Nanos phase = static_cast<Nanos>(sc_.seed) * 7'654'321;
+      TsClock phone_clock{sc_.phone_tick, 123'456'789 + i * 7'777'777 + phase};
+      TsClock srv_clock{kMilli, 987'654'321 + i * 3'333'333 + 3 * phase};
       const bool ts = sc_.phone_timestamps;
       f->phone = std::make_unique<TcpEnd>(ev_, phone_clock, ts, 1000u + 100000u * i, 6u << 20);
       f->server = std::make_unique<TcpEnd>(ev_, srv_clock, ts, 0xfffff000u - 1000u * i, 6u << 20);
@@ -602,7 +634,8 @@ class Simulation {
         from_srv_.send(p);
       };
       flows_.push_back(std::move(f));
-      const Nanos start = (upload ? sc_.upload_start + i * sc_.upload_stagger : 0) + i * 3 * kMilli;
+      const Nanos start =
+          (upload ? sc_.upload_start + i * sc_.upload_stagger : sc_.download_start) + i * 3 * kMilli;
       ev_.at(start, [this, id] { flows_[id]->phone->connect_as_client(); });
     }
     schedule_ping(50 * kMilli);
@@ -646,6 +679,12 @@ class Simulation {
 
   const UplinkRegulator& uplink_regulator(int flow) const { return flows_[flow]->rsfc; }
   const DownlinkRegulator& downlink_regulator(int flow) const { return flows_[flow]->drwa; }
+  const DownlinkQueueRegulator& downlink_queue_regulator(int flow) const {
+    return flows_[flow]->dlq;
+  }
+  std::map<DownlinkState, uint64_t> down_state_steps;  // control steps per state, downloads
+  // Called after every control step of a download's DownlinkQueueRegulator (optional).
+  std::function<void(int flow, Nanos now, const DownlinkQueueRegulator&)> on_down_step;
   std::map<RsfcState, uint64_t> state_steps;  // control steps per state, all uploads
   // Called after every control step of an upload's controller (optional).
   std::function<void(int flow, Nanos now, const UplinkRegulator&)> on_step;
@@ -656,6 +695,7 @@ class Simulation {
     std::unique_ptr<TcpEnd> phone, server;
     UplinkRegulator rsfc;
     DownlinkRegulator drwa;
+    DownlinkQueueRegulator dlq;
     uint32_t edge_to_phone = 0, edge_to_server = 0;
     bool edge_to_phone_valid = false, edge_to_server_valid = false;
     uint64_t delivered_at_warmup = 0;
@@ -690,17 +730,36 @@ class Simulation {
     FlowState& f = *flows_[p.flow];
     const Nanos now = ev_.now();
     if (sc_.uplink == Policy::kRsfc) f.rsfc.on_uplink_segment(now, p.seg, sc_.rsfc);
-    if (sc_.downlink == Policy::kDrwa) f.drwa.on_uplink_segment(now, p.seg, sc_.drwa);
+    if (sc_.downlink_queue_regulator) {
+      f.dlq.on_uplink_segment(now, p.seg, sc_.dlq);
+    } else if (sc_.downlink == Policy::kDrwa) {
+      f.drwa.on_uplink_segment(now, p.seg, sc_.drwa);
+    }
     if (p.seg.ack_flag() && !p.seg.syn()) {
       uint32_t target = kNoClamp;
-      if (sc_.downlink == Policy::kDrwa) target = f.drwa.target_window(now, sc_.drwa).window;
-      if (sc_.downlink == Policy::kStatic) target = sc_.static_window;
+      if (sc_.downlink_queue_regulator) {
+        target = downlink_queue_target(p.flow, f, now);
+      } else if (sc_.downlink == Policy::kDrwa) {
+        target = f.drwa.target_window(now, sc_.drwa).window;
+      }
+      if (!sc_.downlink_queue_regulator && sc_.downlink == Policy::kStatic) {
+        target = sc_.static_window;
+      }
       p.wnd = clamp(p.wnd, p.seg.ack, target, f.edge_to_server_valid, f.edge_to_server);
       const uint32_t edge = p.seg.ack + p.wnd;
       if (!f.edge_to_server_valid || seq_gt(edge, f.edge_to_server)) f.edge_to_server = edge;
       f.edge_to_server_valid = true;
     }
     to_srv_.send(p);
+  }
+
+  uint32_t downlink_queue_target(int flow, FlowState& f, Nanos now) {
+    const WindowDecision d = f.dlq.target_window(now, sc_.dlq);
+    if (d.stepped) {
+      ++down_state_steps[f.dlq.state()];
+      if (on_down_step) on_down_step(flow, now, f.dlq);
+    }
+    return d.window;
   }
 
   void server_receive(const Packet& p) {
@@ -719,7 +778,11 @@ class Simulation {
     FlowState& f = *flows_[p.flow];
     const Nanos now = ev_.now();
     if (sc_.uplink == Policy::kRsfc) f.rsfc.on_downlink_segment(now, p.seg, sc_.rsfc);
-    if (sc_.downlink == Policy::kDrwa) f.drwa.on_downlink_segment(now, p.seg, sc_.drwa);
+    if (sc_.downlink_queue_regulator) {
+      f.dlq.on_downlink_segment(now, p.seg, sc_.dlq);
+    } else if (sc_.downlink == Policy::kDrwa) {
+      f.drwa.on_downlink_segment(now, p.seg, sc_.drwa);
+    }
     if (p.seg.ack_flag() && !p.seg.syn()) {
       uint32_t target = kNoClamp;
       if (sc_.uplink == Policy::kRsfc) {
@@ -771,11 +834,11 @@ class Simulation {
     ev_.at(t, [this, t] {
       upq_.push_back(static_cast<double>(up_.queue_delay()) / 1e6);
       downq_.push_back(static_cast<double>(down_.queue_delay()) / 1e6);
-      uint64_t up_delivered = 0;
+      uint64_t up_delivered = 0, down_delivered = 0;
       for (auto& f : flows_) {
-        if (f->upload) up_delivered += receiver(*f).delivered;
+        (f->upload ? up_delivered : down_delivered) += receiver(*f).delivered;
       }
-      samples_.push_back({t, upq_.back(), up_delivered});
+      samples_.push_back({t, upq_.back(), up_delivered, downq_.back(), down_delivered});
       if (t + 10 * kMilli < sc_.duration) schedule_sample(t + 10 * kMilli);
     });
   }

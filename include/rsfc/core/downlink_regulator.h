@@ -1,0 +1,386 @@
+// The downlink knob on the phone's own clock (docs/DESIGN.md §4a; issue 16, point 1).
+// One DownlinkQueueRegulator per download flow: fixed size, no heap, no clock (time comes in
+// as `now`).
+//
+// A phone's downlink buffer at the base station is deep: a download alone keeps hundreds of
+// milliseconds of queue there, in front of everything else the phone receives. The gateway
+// forwards the download's data BEFORE that buffer and the phone's ACKs AFTER the phone's
+// uplink buffer; it rewrites the receive window in the phone's ACKs to the server and sizes
+// that window W so that the downlink buffer keeps a small standing queue of about T, while W
+// still covers the whole round trip the download lives on.
+//
+// DRWA (drwa.h) reads its queue from the ACK round trip, which contains the ACKs' wait in the
+// uplink queue: next to an upload it reads seconds of queue that no window can remove, and
+// starves the download. Here each signal is taken on the clock that is blind to the other
+// direction:
+//
+//   q_down   the downlink queue: TSval(ack) * g - gateway forwarding time of the data the ACK
+//            first covers, above its windowed minimum, filtered: the minimum of the samples
+//            over `filter`, i.e. the queue's trough, which is above zero only while the link
+//            never idles (DownlinkQueueEstimator, downlink_delay.h). The phone stamps the ACK
+//            before its uplink buffer, so the ACK's uplink wait never enters. Less a baseline
+//            offset a drain may have found (a longer path, a queue this flow cannot remove).
+//            Segments are timed every W / kSlotsPerRtt bytes, not every so many ms: a server
+//            whose ACKs come in bursts (behind an upload) sends in bursts, and time-spaced
+//            samples would only ever time a burst's first segment.
+//   g        the phone's tick, from the phone's own segments (upper bound) and the data they
+//            answer (lower bound): UplinkDelayEstimator / TickEstimator, which also gives
+//            q_up, the ACKs' own wait in the uplink buffer.
+//   rate     bytes the phone acknowledged per PHONE-clock time (the ACKs' TSvals): what the
+//            downlink delivered, free of the ACKs' uplink jitter. Windowed maximum; rate_now
+//            the last sample. A gap in the ACKs (an outage) restarts the sample.
+//   rtt      the round trip the download lives on WITHOUT its own downlink queue: for each
+//            timed segment, gateway forwarding to the ACK that answers it (downlink path and
+//            queue, the phone, the uplink path and queue) minus its own q_down, plus the
+//            server half; averaged over rtt_smoothing (rtt) and current (rtt_now). The ACKs'
+//            uplink wait stays in it: W covers it, so an upload next to the download does not
+//            make the download window-limited (DRWA's failure).
+//   T        threshold, or the base round trip clamped to [threshold_floor,
+//            threshold_ceiling] and to at least tick_multiple ticks. The base round trip is
+//            the windowed minimum of the same samples less both queues (q_down and q_up)
+//            plus the server half: a phone-half minimum would contain the other queue
+//            whenever the two never empty at the same moment.
+//
+// One control step per interval I = clamp(rtt, interval_floor, max_interval), at an ACK:
+//
+//                 |
+//                 v
+//              STARTUP -----(8)-----> NO_TIMESTAMPS
+//         (1) /       \ (2)
+//            v         v
+//   +-----> SLOW --(3)--> FAST
+//   |        |  <--(4)--  |  ^
+//   |    (5) |    (5) (6) |  | (9)
+//   |        v            v  |
+//   +------------ DRAIN -----+
+//     (7)
+//
+//   (1) STARTUP -> SLOW      the signals exist, q_down <= T
+//   (2) STARTUP -> FAST      the signals exist, q_down > T
+//   (3) SLOW -> FAST         q_down > T (the link falling: see below)
+//   (4) FAST -> SLOW         q_down <= T
+//   (5) SLOW/FAST -> DRAIN   the flow sends, a min_refresh boundary passed and no fresh
+//                            evidence says the queue emptied (a sample at min(d))
+//   (6) FAST -> DRAIN        q_down > T with the cut in force for drain_after_steps steps
+//   (7) DRAIN -> SLOW        the queue was seen empty; or path_check passed with the cut in
+//                            force: a queue that did not shrink is not this flow's (a longer
+//                            path, a foreign sender) and becomes the baseline
+//   (8) STARTUP -> NO_TIMESTAMPS   the handshake carried no timestamps: no clamp (see below)
+//   (9) DRAIN -> FAST        the link fell during the drain
+//
+// STARTUP  max(initial_window_bytes, startup_growth * in flight): never holds a sender in
+//          slow start back, but keeps the right edge (never pulled back) within reach.
+// SLOW     the queue is short (q_down < probe_below * T, or one packet): probe, W grows by
+//          growth_per_rtt of itself, by at most probe_step_queue * T of queue (doubling while
+//          it stays short); the next probe waits until this one can show in q_down (a round
+//          trip, the queue, the filter). W follows at once to rate * (rtt_now + fast_target
+//          * T) when the round trip grew (the ACKs now wait behind an upload). Otherwise hold.
+//          W never grows far past what the server had in flight.
+// FAST     W = rate * (rtt + fast_target * T): one bandwidth-delay product of the round trip
+//          without the own downlink queue, plus a small queue. Only lowers W.
+// DRAIN    W = drain_fraction * rate * rtt_now until a sample of data sent under the cut sees
+//          the queue empty (then W is back where it was: a drain is a measurement), or for
+//          path_check. The first drain, and one after evidence that may stand on a
+//          re-learnt min(d), are sized on the base round trip plus the ACKs' uplink wait: a
+//          queue hidden in min(d) is in rtt too, and a drain sized on it would not empty it. A
+//          queue seen empty skips the boundaries while that evidence outlives the next one (min(d)
+//          keeps a sample 7/8 of the horizon at least).
+//
+// The link falling: while q_down > T the downlink is busy, so the delivered rate is its
+// capacity. Two rate samples in a row below fall_fraction of the windowed maximum restart the
+// maximum from them: FAST then sizes W on the new capacity at once (not after the maximum
+// ages out), and a drain in progress ends. A recovery is probed back quickly: for one horizon,
+// until W is back at the window it had before the fall, each probe step doubles the growth
+// (up to doubling W, without the queue cap) as long as the delivered rate followed the
+// previous step up.
+//
+// Next to an upload the phone's two queues phase-lock (seen in the packet simulator): ACKs
+// held behind the upload's data leave the uplink buffer together, the server answers with a
+// burst, whose queue holds the upload's ACKs, and so on. For the download to keep its rate
+// the downlink buffer must then hold its data for as long as its ACKs are held, so the
+// downlink queue's peaks follow the uplink queue's swings whatever the window law. This law
+// keeps the download's rate (it controls the queue's trough, which is above zero only while
+// the link never idles, and times the burst heads that find it idle): the phone's latency is
+// then what the uplink queue's swings make it. With the uplink queue held steady it meets the
+// targets (test/downlink_regulator_test.cpp).
+//
+// Phones without timestamps: the downlink queue cannot be told from the ACKs' uplink wait
+// (the ACK round trip holds both: docs/DESIGN.md §4a), and a law acting on their sum starves
+// the download next to an upload (DRWA). Such flows are left alone (NO_TIMESTAMPS, no clamp):
+// the metrics count them.
+//
+// Driven by the engine, per flow whose downlink policy runs it (SYN and SYN-ACK included):
+//   every segment TO the phone (server data):  on_downlink_segment(now, seg, params)
+//   every segment FROM the phone:              on_uplink_segment(now, seg, params)
+//     then, for an ACK:  target_window(now, params) -> WindowDecision (regulator.h); the
+//                        engine applies the floor, the right-edge rule and the scale.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "rsfc/core/downlink_delay.h"
+#include "rsfc/core/estimators.h"
+#include "rsfc/core/params.h"
+#include "rsfc/core/regulator.h"
+
+namespace rsfc {
+
+enum class DownlinkState : uint8_t {
+  kStartup = 0,
+  kSlow = 1,
+  kFast = 2,
+  kDrain = 3,
+  kNoTimestamps = 4,
+};
+constexpr size_t kDownlinkStates = 5;
+const char* to_string(DownlinkState s);  // "startup", "slow", "fast", "drain", "no_timestamps"
+
+// The law's constants. Those with an RSFC namesake mean the same thing on the downlink's
+// queue (downlink_params_from() takes them from RsfcParams); the rest are the downlink's own.
+struct DownlinkQueueParams {
+  std::optional<Nanos> threshold;         // T on q_down; nullopt = auto (see the header)
+  Nanos threshold_floor = 20 * kMilli;    // auto T never below this
+  Nanos threshold_ceiling = 80 * kMilli;  // auto T never above this
+  double tick_multiple = 4;               // auto T >= this * g
+  Nanos horizon = 10 * kSecond;           // min(d), the round-trip minima, the baseline offset
+  Nanos filter = 200 * kMilli;            // q_down: minimum of the raw samples over this
+  Nanos interval_floor = 20 * kMilli;     // control interval: rtt clamped to [this, max]
+  Nanos max_interval = 1 * kSecond;
+  Nanos rtt_smoothing = 1 * kSecond;  // W is sized on the round trip averaged over this
+  double rtt_gain = 0.25;             // rtt_now: EWMA gain per sample
+  double growth_per_rtt = 0.25;       // SLOW probe: multiplicative growth per step ...
+  double probe_step_queue = 0.5;      // ... but at most rate * this * T bytes per step
+  double probe_below = 0.25;          // probe only while q_down < this * T
+  uint32_t probe_doublings = 4;       // the step cap doubles up to 2^this times
+  double fast_target = 0.75;          // FAST: W = rate * (rtt + this * T)
+  double recut_fraction = 0.9;        // FAST: a cut below this * W is a new cut
+  Nanos min_refresh = 5 * kSecond;    // drain boundaries (unless the queue emptied meanwhile)
+  double refresh_holdoff = 0.5;       // no scheduled drain within this * min_refresh
+  double drain_fraction = 0.75;       // DRAIN: W = this * rate * rtt_now
+  uint32_t drain_after_steps = 3;     // FAST: drain after this many steps in force, q > T
+  Nanos path_check = 1 * kSecond;     // DRAIN: judged after this long with the cut in force
+  Nanos path_tolerance = 5 * kMilli;  // ... a queue whose floor falls less is not the flow's
+  double fall_fraction = 0.5;         // rate_now below this * rate (twice, q > T): link fell
+  double unused_fraction = 0.5;       // in flight below this * W: window unused ...
+  double unused_decay = 0.25;         // ... and shrinks by this per step
+  double startup_growth = 2.0;        // STARTUP clamp >= this * in flight
+  uint32_t initial_window_bytes = 0;  // STARTUP clamp floor; 0 = 64 KB
+  uint32_t min_window_segments = 2;   // W >= this many MSS
+};
+
+// The shared constants from the uplink's RsfcParams (same meaning on the other queue).
+DownlinkQueueParams downlink_params_from(const RsfcParams& r);
+
+class DownlinkQueueRegulator {
+ public:
+  static constexpr uint32_t kDefaultMss = 1460;
+  static constexpr Nanos kMinSlotSpacing = 1 * kMilli;  // echo / queue sample slots
+  static constexpr int kSlotsPerRtt = 6;
+  static constexpr double kStartupWindow = 65535;  // initial_window_bytes 0 means this
+  static constexpr int kRateTicks = 10;            // a rate sample spans >= this many ticks
+  static constexpr Nanos kAckGap = 30 * kMilli;    // an ACK gap above max(this, I): outage
+  static constexpr int kDrainSegments = 4;         // DRAIN: W >= this many MSS
+
+  void on_downlink_segment(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p);
+  void on_uplink_segment(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p);
+  WindowDecision target_window(Nanos now, const DownlinkQueueParams& p);
+
+  // --- Read-outs (decision log, metrics, tests); values as of the last control step. ---
+  DownlinkState state() const { return state_; }
+  const char* state_name() const { return to_string(state_); }
+  bool timestamps() const { return ts_; }
+  // The flow runs no law (no timestamps): metrics count it.
+  bool fallback() const { return state_ == DownlinkState::kNoTimestamps; }
+  double tick_ms() const { return up_delay_.tick().ns_per_tick() / 1e6; }  // 0 = unknown
+  bool tick_estimated() const {
+    return up_delay_.tick().quality() == TickEstimator::Quality::kEstimated;
+  }
+  std::optional<Nanos> q_down() const { return last_.q_down; }  // filtered, less the offset
+  std::optional<Nanos> q_up() const { return last_.q_up; }      // the ACKs' uplink wait
+  double rate() const { return last_.rate; }                    // bytes/s, phone clock
+  double rate_now() const { return last_.rate_now; }            // last sample, bytes/s
+  std::optional<Nanos> rtt_used() const { return last_.rtt; }   // without own downlink queue
+  Nanos rtt_now() const { return last_.rtt_now; }
+  std::optional<Nanos> rtt_min() const { return last_.rtt_min; }
+  Nanos threshold() const { return last_.threshold; }
+  // The controller's window; kNoClamp in STARTUP (target_window() then returns the startup
+  // clamp) and without timestamps.
+  uint32_t window() const;
+  uint32_t link_falls() const { return link_falls_; }              // rate restarted (fall)
+  uint32_t path_rebaselines() const { return path_rebaselines_; }  // DRAIN raised the base
+  uint32_t drains() const { return drains_; }
+
+ private:
+  // The signals a step leaves for the read-outs and the segment handlers (the interval).
+  struct Readings {
+    std::optional<Nanos> q_down;  // standing queue in the downlink buffer
+    std::optional<Nanos> q_up;    // the ACKs' filtered uplink wait (read-out only)
+    Nanos threshold = 0;          // T
+    double rate = 0;              // bytes/s, windowed maximum (restarted by a fall)
+    double rate_now = 0;          // bytes/s, the last sample (0: none yet)
+    std::optional<Nanos> rtt;     // round trip without the own downlink queue, averaged
+    Nanos rtt_now = 0;            // the same, current
+    std::optional<Nanos> rtt_min;
+  };
+  // What a control step decides on (measure()).
+  struct Signals : Readings {
+    Nanos server_half = 0;
+    Nanos interval = 0;    // I: to the next step
+    bool ready = false;    // q_down, rtt and a rate exist: the law can run
+    bool sending = false;  // the server's data arrived within the last interval
+    double in_flight = 0;  // bytes the server has out: gateway's + the server half's
+    double q() const { return static_cast<double>(*q_down); }  // ns
+    double T() const { return static_cast<double>(threshold); }
+  };
+  // DRAIN: the drain in progress.
+  struct Drain {
+    Nanos since = 0;           // entered DRAIN
+    Nanos in_force_at = 0;     // the cut took hold (0: not yet)
+    double window_before = 0;  // W before the cut
+    double rate_before = 0;
+    double first_min = -1;      // lowest q_down in the first half of path_check (ns)
+    double second_min = -1;     // ... in the second half
+    uint32_t falls_before = 0;  // link_falls_ then
+    bool scheduled = false;     // at a min_refresh boundary
+  };
+  // A data segment timed for q_down: its end and forwarding time.
+  struct Mark {
+    Nanos time = 0;
+    uint32_t end = 0;
+    bool valid = false;
+  };
+  static constexpr size_t kMarks = 2 * DownlinkQueueEstimator::kSlots;
+  // A right edge asked for, and when.
+  struct EdgeAt {
+    Nanos time = 0;
+    uint32_t edge = 0;
+    bool valid = false;
+  };
+  static constexpr size_t kEdges = 8;
+  // The phone-clock rate sample in progress.
+  struct RateSample {
+    int64_t start_ticks = 0;  // TSval of the ACK that opened it
+    uint64_t start_bytes = 0;
+    bool open = false;
+  };
+
+  // Estimators, fed by every segment.
+  void take_handshake(Nanos now, const DownlinkQueueParams& p);
+  void on_data(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p);
+  void on_ack(Nanos now, const TcpSegment& s, std::optional<Nanos> q,
+              std::optional<Nanos> forwarded, std::optional<Nanos> up,
+              const DownlinkQueueParams& p);
+  std::optional<Nanos> mark_time(uint32_t end) const;
+  void note_edge(Nanos now, uint32_t edge, const DownlinkQueueParams& p);
+  std::optional<uint32_t> edge_at(Nanos t) const;
+  void count_acked(uint32_t ack, int64_t ticks, const DownlinkQueueParams& p);
+  void add_rtt(Nanos now, Nanos rtt_no_queue, const DownlinkQueueParams& p);
+
+  // The control step: measure, then one function per state.
+  bool step(Nanos now, const DownlinkQueueParams& p);
+  Signals measure(Nanos now, const DownlinkQueueParams& p);
+  void measure_rate(Nanos now, Signals& s, const DownlinkQueueParams& p);
+  void check_fall(Nanos now, Signals& s, bool fresh, const DownlinkQueueParams& p);
+  Nanos threshold_for(std::optional<Nanos> rtt_min, const DownlinkQueueParams& p) const;
+  void startup(Nanos now, const Signals& s, const DownlinkQueueParams& p);
+  void slow(Nanos now, const Signals& s, const DownlinkQueueParams& p);
+  void fast(Nanos now, const Signals& s, const DownlinkQueueParams& p);
+  void drain(Nanos now, const Signals& s, const DownlinkQueueParams& p);
+
+  // SLOW.
+  double probe(Nanos now, const Signals& s, const DownlinkQueueParams& p);  // the growth used
+  void follow_use(const Signals& s, double prev, double growth, const DownlinkQueueParams& p);
+  // FAST.
+  void enter_fast(const Signals& s, const DownlinkQueueParams& p);
+  void size_fast(const Signals& s, const DownlinkQueueParams& p);
+  double bdp_plus_queue(Nanos rtt, const Signals& s, const DownlinkQueueParams& p) const;
+  // DRAIN.
+  bool refresh_due(Nanos now, const DownlinkQueueParams& p) const;
+  void enter_drain(Nanos now, const Signals& s, const DownlinkQueueParams& p, bool scheduled);
+  void end_drain(Nanos now, const Signals& s, const DownlinkQueueParams& p);
+  void leave_drain(Nanos now, bool evidence);
+
+  static Nanos control_interval(const Readings& r, const DownlinkQueueParams& p);
+  Nanos interval(const DownlinkQueueParams& p) const { return control_interval(last_, p); }
+  Nanos spacing(const DownlinkQueueParams& p) const;
+  Nanos trough_span(const DownlinkQueueParams& p) const;
+  double ns_per_tick() const { return up_delay_.tick().ns_per_tick(); }
+  uint32_t startup_window(const DownlinkQueueParams& p) const;
+  double min_window() const { return static_cast<double>(min_segments_) * mss_; }
+  // A cut holds once the phone acknowledged everything sent under the old right edge.
+  bool cut_in_force() const { return seq_ge(ack_high_, cut_edge_); }
+  std::optional<Nanos> queue_now(Nanos now, const DownlinkQueueParams& p) const;
+
+  // Estimators.
+  HandshakeTimer handshake_;
+  DownlinkQueueEstimator queue_;   // q_down
+  UplinkDelayEstimator up_delay_;  // g (and q_up) from the phone's TSvals
+  EchoSampler server_echo_;        // phone TSvals -> server TSecr
+  TsUnwrapper ack_ticks_;          // the ACKs' TSvals, for the phone-clock rate
+  WindowedMin<4> path_min_;  // gateway -> phone -> gateway less both queues (and the handshake)
+  WindowedMin<4> server_half_min_;
+  WindowedMax<4> rate_max_;  // bytes/s
+  Ewma rtt_now_;             // phone side without the own downlink queue (ns)
+  Ewma rtt_avg_;
+  Nanos rtt_avg_at_ = 0;
+  RateSample rate_sample_;
+  uint64_t acked_ = 0;                // bytes the phone acknowledged, total
+  int64_t last_ack_ticks_ = 0;        // TSval of the last ACK that advanced
+  uint32_t ack_high_ = 0;             // highest cumulative ACK from the phone
+  uint32_t data_high_ = 0;            // highest data end forwarded to the phone
+  uint32_t sample_mark_ = 0;          // next data end to time for q_down (every W / kSlotsPerRtt)
+  std::array<Mark, kMarks> marks_{};  // the latest timed segments (a ring)
+  uint8_t next_mark_ = 0;
+  uint32_t in_flight_max_ = 0;  // data_high_ - ack_high_, highest since the last step
+  Nanos last_data_at_ = 0;
+  Nanos confirmed_at_ = 0;  // last raw q_down sample at min(d): the queue was empty
+  Nanos offset_ = 0;        // baseline offset on q_down (DRAIN found a longer path)
+  Nanos offset_at_ = 0;
+  uint32_t mss_ = kDefaultMss;
+  bool ts_ = false;
+  bool ts_decided_ = false;
+  bool handshake_taken_ = false;
+  bool ack_known_ = false;
+  bool data_known_ = false;
+  bool confirmed_ = false;
+
+  // The last step's signals.
+  Readings last_;
+
+  // Control state.
+  double window_ = 0;  // W, bytes (valid when clamping_)
+  double startup_inflight_ = 0;
+  Nanos next_step_ = 0;
+  Nanos last_step_at_ = 0;
+  DownlinkState state_ = DownlinkState::kStartup;
+  bool clamping_ = false;
+  uint16_t fast_steps_in_force_ = 0;
+  uint8_t fall_streak_ = 0;  // rate samples in a row below fall_fraction * rate, q > T
+  uint32_t min_segments_ = 2;
+  uint32_t probe_streak_ = 0;
+  Nanos probe_wait_ = 0;       // SLOW: no probe step before this
+  double probe_rate_ = 0;      // rate_now at the last probe step
+  double probe_growth_ = 0;    // ... and the growth that step made
+  double recover_window_ = 0;  // W before the last fall: probed back to quickly
+  Nanos recover_until_ = 0;
+  uint32_t edge_max_ = 0;               // highest right edge this regulator asked for (ack + W)
+  uint32_t cut_edge_ = 0;               // edge_max_ when W was last cut
+  std::array<EdgeAt, kEdges> edges_{};  // the latest right edges asked for (a ring)
+  uint8_t next_edge_ = 0;
+  bool window_used_ = false;  // since the last step the server's data reached its right edge
+  bool edge_known_ = false;
+
+  // DRAIN.
+  Drain drain_;
+  Nanos evidence_since_ = 0;
+  bool drained_once_ = false;  // a drain has seen the queue empty (min(d) confirmed)
+  bool suspect_ = false;       // confirmations may be against a re-learnt min(d)
+  uint32_t link_falls_ = 0;
+  uint32_t path_rebaselines_ = 0;
+  uint32_t drains_ = 0;
+};
+
+}  // namespace rsfc

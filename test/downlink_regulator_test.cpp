@@ -1,0 +1,365 @@
+// DownlinkQueueRegulator (downlink_regulator.h) in the packet simulator (regulator_sim.h): the
+// download's own downlink queue, next to an upload, on a falling or dropping link, and on a
+// phone without timestamps; each against the downlink policies that exist (off, DRWA, a static
+// clamp). Every scenario runs on kSeeds seeds (the phone's and the server's TS clock phase,
+// the download's and the upload's start); each test states its hypothesis and what would
+// kill it, and prints one summary line per run.
+#include "rsfc/core/downlink_regulator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "regulator_sim.h"
+
+namespace rsfc {
+namespace {
+
+using sim::Result;
+using sim::Scenario;
+
+// --- Scripted ------------------------------------------------------------------------------
+
+// The constants with an RSFC namesake come from RsfcParams (one operator key for both knobs).
+TEST(DownlinkQueueRegulator, SharedConstantsComeFromRsfcParams) {
+  RsfcParams r;
+  r.threshold = 30 * kMilli;
+  r.threshold_ceiling = 120 * kMilli;
+  r.min_window_horizon = 7 * kSecond;
+  r.tbuff_filter = 150 * kMilli;
+  r.fast_target = 0.5;
+  r.min_refresh = 4 * kSecond;
+  r.monitor_after_steps = 5;
+  const DownlinkQueueParams p = downlink_params_from(r);
+  EXPECT_EQ(p.threshold, r.threshold);
+  EXPECT_EQ(p.threshold_ceiling, r.threshold_ceiling);
+  EXPECT_EQ(p.horizon, r.min_window_horizon);
+  EXPECT_EQ(p.filter, r.tbuff_filter);
+  EXPECT_EQ(p.fast_target, r.fast_target);
+  EXPECT_EQ(p.min_refresh, r.min_refresh);
+  EXPECT_EQ(p.drain_after_steps, r.monitor_after_steps);
+  EXPECT_EQ(p.fall_fraction, DownlinkQueueParams{}.fall_fraction);  // the downlink's own
+}
+
+// A handshake without timestamps: the flow is left alone, and says so once (one logged step,
+// the fallback read-out the metrics count).
+TEST(DownlinkQueueRegulator, WithoutTimestampsNoClampAndSaysSo) {
+  DownlinkQueueRegulator reg;
+  const DownlinkQueueParams p;
+  TcpSegment syn;
+  syn.seq = 1000;
+  syn.flags = tcpflag::kSyn;
+  syn.mss_option = 1460;
+  reg.on_uplink_segment(0, syn, p);
+  TcpSegment synack;
+  synack.seq = 5000;
+  synack.ack = 1001;
+  synack.flags = tcpflag::kSyn | tcpflag::kAck;
+  reg.on_downlink_segment(10 * kMilli, synack, p);
+  TcpSegment ack;
+  ack.seq = 1001;
+  ack.ack = 5001;
+  ack.flags = tcpflag::kAck;
+  reg.on_uplink_segment(20 * kMilli, ack, p);
+  const WindowDecision first = reg.target_window(20 * kMilli, p);
+  EXPECT_TRUE(first.stepped);
+  EXPECT_EQ(first.window, kNoClamp);
+  EXPECT_EQ(reg.state(), DownlinkState::kNoTimestamps);
+  EXPECT_STREQ(reg.state_name(), "no_timestamps");
+  EXPECT_TRUE(reg.fallback());
+  EXPECT_FALSE(reg.timestamps());
+  EXPECT_EQ(reg.window(), kNoClamp);
+  for (Nanos t = 30 * kMilli; t < kSecond; t += 10 * kMilli) {
+    TcpSegment data;
+    data.seq = 5001 + static_cast<uint32_t>(t / kMilli) * 1448;
+    data.ack = 1001;
+    data.payload_len = 1448;
+    data.flags = tcpflag::kAck;
+    reg.on_downlink_segment(t, data, p);
+    ack.ack = data.seq + data.payload_len;
+    reg.on_uplink_segment(t + 5 * kMilli, ack, p);
+    const WindowDecision d = reg.target_window(t + 5 * kMilli, p);
+    EXPECT_FALSE(d.stepped);
+    EXPECT_EQ(d.window, kNoClamp);
+  }
+}
+
+// --- Closed loop: the packet simulator -----------------------------------------------------
+
+constexpr int kSeeds = 3;
+
+enum class Down { kOff, kDrwa, kStatic, kQueue };
+
+const char* name(Down d) {
+  switch (d) {
+    case Down::kOff:
+      return "off";
+    case Down::kDrwa:
+      return "drwa";
+    case Down::kStatic:
+      return "static";
+    case Down::kQueue:
+      return "queue";
+  }
+  return "?";
+}
+
+// One run: the scenario on seed `seed` with the downlink policy `d`; prints its line. The
+// regulator's threshold (auto T) is kept for the assertions.
+struct PolicyRun {
+  Result r;
+  Nanos threshold = 0;  // the first download's T (kQueue only)
+  DownlinkState state = DownlinkState::kStartup;
+};
+
+PolicyRun run(Scenario s, Down d, int seed, const char* what) {
+  s.seed = static_cast<uint32_t>(seed);
+  s.download_start = seed * 137 * kMilli;
+  s.upload_start = seed * 311 * kMilli;
+  switch (d) {
+    case Down::kOff:
+      break;
+    case Down::kDrwa:
+      s.downlink = Policy::kDrwa;
+      break;
+    case Down::kStatic:  // s.static_window
+      s.downlink = Policy::kStatic;
+      break;
+    case Down::kQueue:
+      s.downlink_queue_regulator = true;
+      break;
+  }
+  sim::Simulation simulation(s);
+  PolicyRun out;
+  out.r = simulation.run();
+  if (d == Down::kQueue && s.downloads > 0) {
+    const DownlinkQueueRegulator& q = simulation.downlink_queue_regulator(s.uploads);
+    out.threshold = q.threshold();
+    out.state = q.state();
+  }
+  char label[96];
+  if (d == Down::kStatic) {
+    std::snprintf(label, sizeof label, "%s, static %uK, seed %d", what,
+                  (s.static_window + 512) / 1024, seed);
+  } else {
+    std::snprintf(label, sizeof label, "%s, %s, seed %d", what, name(d), seed);
+  }
+  std::printf("  %-40s %s\n", label, out.r.summary().c_str());
+  return out;
+}
+
+double ms(Nanos t) {
+  return static_cast<double>(t) / 1e6;
+}
+
+struct LinkCase {
+  const char* name;
+  Scenario (*make)();  // sim::three_g_link, sim::lte_link
+};
+
+class SimDownlinkQueue : public ::testing::TestWithParam<LinkCase> {};
+
+// (a) Download alone.
+// Hypothesis: the phone's clock measures the download's own downlink queue (docs/DESIGN.md
+// §4a), so a window sized on it holds that queue near T without idling the link: the
+// unregulated ~280 ms (the whole 256 KB / 1 MB buffer) falls to about T, the phone's ping
+// p95 to under half, the download keeps >= 95 % of its unregulated rate.
+// Killed by: on any seed, the downlink queue's p95 above T + 25 ms, the ping p95 above half
+// the unregulated one, the download below 95 % of unregulated, or a drop.
+TEST_P(SimDownlinkQueue, DownloadAloneQueueCutLinkKept) {
+  Scenario base = GetParam().make();
+  base.uploads = 0;
+  base.duration = 30 * kSecond;
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    const PolicyRun off = run(base, Down::kOff, seed, "download alone");
+    run(base, Down::kDrwa, seed, "download alone");
+    const PolicyRun q = run(base, Down::kQueue, seed, "download alone");
+    EXPECT_GT(off.r.downq_p95_ms, 250);  // the problem exists
+    EXPECT_LE(q.r.downq_p95_ms, ms(q.threshold) + 25) << "seed " << seed;
+    EXPECT_LE(q.r.ping_p95_ms, 0.5 * off.r.ping_p95_ms) << "seed " << seed;
+    EXPECT_GE(q.r.download_bps, 0.95 * off.r.download_bps) << "seed " << seed;
+    EXPECT_EQ(q.r.down_drops, 0u) << "seed " << seed;
+  }
+}
+
+// (b) Download and upload, rsfc on the uplink.
+// Hypothesis (the part this regulator can deliver): reading the downlink queue on the phone's
+// clock, the window covers the ACKs' wait in the uplink queue, so the download is not
+// starved as DRWA starves it: it keeps >= 95 % of what it gets with the downlink knob off
+// (>= 85 % of its rate alone), more than with DRWA, and the upload keeps >= 95 % of its rate
+// with the downlink knob off. Killed by: the download or the upload below those bounds on
+// any seed, or the download not above DRWA's in the median.
+// Not met here, and why (the brief's target, ping p95 <= half of the download alone
+// unregulated): next to rsfc's upload the two queues phase-lock. The download's ACKs wait
+// behind clumps of the upload's data and leave the uplink buffer together; the server answers
+// each clump of ACKs with a burst, whose queue holds the upload's ACKs, and so on. For the
+// download to keep its rate the downlink buffer must hold data for as long as its ACKs are
+// held, so its queue's peaks follow the uplink queue's swings (rsfc's p95 here: 200-270 ms),
+// whatever the window law: the ping p95 stays where the knob off leaves it. The static clamps
+// trace the same trade-off line (printed). NextToAHeldUpload shows the target is met when the
+// uplink queue is held steady.
+TEST_P(SimDownlinkQueue, NextToAnRsfcUploadNoStarvation) {
+  Scenario base = GetParam().make();
+  base.uplink = Policy::kRsfc;
+  base.static_window = 128 * 1024;  // the static downlink clamp printed for comparison
+  base.duration = 30 * kSecond;
+  Scenario alone = base;
+  alone.uploads = 0;
+  std::vector<double> queue_down, drwa_down;
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    const PolicyRun a = run(alone, Down::kOff, seed, "download alone");
+    const PolicyRun off = run(base, Down::kOff, seed, "download + rsfc upload");
+    const PolicyRun drwa = run(base, Down::kDrwa, seed, "download + rsfc upload");
+    run(base, Down::kStatic, seed, "download + rsfc upload");
+    const PolicyRun q = run(base, Down::kQueue, seed, "download + rsfc upload");
+    EXPECT_GE(q.r.download_bps, 0.95 * off.r.download_bps) << "seed " << seed;
+    EXPECT_GE(q.r.download_bps, 0.85 * a.r.download_bps) << "seed " << seed;
+    EXPECT_GE(q.r.upload_bps, 0.95 * off.r.upload_bps) << "seed " << seed;
+    EXPECT_LE(q.r.ping_p95_ms, 1.1 * off.r.ping_p95_ms) << "seed " << seed;
+    queue_down.push_back(q.r.download_bps);
+    drwa_down.push_back(drwa.r.download_bps);
+  }
+  std::sort(queue_down.begin(), queue_down.end());
+  std::sort(drwa_down.begin(), drwa_down.end());
+  EXPECT_GT(queue_down[kSeeds / 2], drwa_down[kSeeds / 2]);
+}
+
+// (b') Download and upload, the upload held by a small fixed window (16 KB on the uplink
+// knob), so that the uplink queue stands short and steady.
+// Hypothesis: with the ACKs' uplink wait steady, the regulator meets the brief's targets:
+// the download keeps >= 90 % of its rate alone, the phone's ping p95 is at most half of what
+// the download alone causes unregulated, and the upload gets more than with the downlink
+// knob off (its ACKs no longer wait in the download's queue). Killed by any of these failing
+// on any seed. (What is left for (b) is then the uplink queue's swings next to a download.)
+TEST_P(SimDownlinkQueue, NextToAHeldUploadMeetsTheTargets) {
+  Scenario base = GetParam().make();
+  base.uplink = Policy::kStatic;   // static_window applies to the uplink only: the
+  base.static_window = 16 * 1024;  // downlink runs off or the regulator
+  base.duration = 30 * kSecond;
+  Scenario alone = base;
+  alone.uploads = 0;
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    const PolicyRun a = run(alone, Down::kOff, seed, "download alone");
+    const PolicyRun off = run(base, Down::kOff, seed, "download + 16K upload");
+    const PolicyRun q = run(base, Down::kQueue, seed, "download + 16K upload");
+    EXPECT_GE(q.r.download_bps, 0.9 * a.r.download_bps) << "seed " << seed;
+    EXPECT_LE(q.r.ping_p95_ms, 0.5 * a.r.ping_p95_ms) << "seed " << seed;
+    EXPECT_GT(q.r.upload_bps, off.r.upload_bps) << "seed " << seed;
+  }
+}
+
+// (d) A phone without timestamps, alone and next to an rsfc upload.
+// Hypothesis: without the phone's clock the downlink queue cannot be told from the ACKs'
+// uplink wait, so the regulator leaves the flow alone (NO_TIMESTAMPS, the fallback the
+// metrics count): the run is exactly the run with the downlink knob off, never below DRWA.
+// Killed by: a different download rate than off's, one 1 % below DRWA's, or the flow not in
+// NO_TIMESTAMPS.
+TEST_P(SimDownlinkQueue, TimestamplessPhoneNoHarm) {
+  Scenario base = GetParam().make();
+  base.phone_timestamps = false;
+  base.uplink = Policy::kRsfc;
+  base.duration = 30 * kSecond;
+  Scenario alone = base;
+  alone.uploads = 0;
+  for (const Scenario& s : {alone, base}) {
+    const char* what = s.uploads == 0 ? "no timestamps, download alone" : "no timestamps, + upload";
+    for (int seed = 0; seed < kSeeds; ++seed) {
+      const PolicyRun off = run(s, Down::kOff, seed, what);
+      const PolicyRun drwa = run(s, Down::kDrwa, seed, what);
+      const PolicyRun q = run(s, Down::kQueue, seed, what);
+      EXPECT_EQ(q.state, DownlinkState::kNoTimestamps);
+      EXPECT_EQ(q.r.download_bps, off.r.download_bps) << "seed " << seed;
+      EXPECT_GE(q.r.download_bps, 0.99 * drwa.r.download_bps) << "seed " << seed;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Links, SimDownlinkQueue,
+                         ::testing::Values(LinkCase{"hspa_2_7", sim::three_g_link},
+                                           LinkCase{"lte_10_30", sim::lte_link}),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+// The true downlink queue (mean, p95) and the download's rate over [from, to).
+struct Window {
+  double mean_ms = 0, p95_ms = 0, down_bps = 0;
+};
+
+Window window(const Result& r, Nanos from, Nanos to) {
+  std::vector<double> q;
+  uint64_t first = 0, last = 0;
+  for (const sim::Sample& s : r.samples) {
+    if (s.t < from || s.t >= to) continue;
+    if (q.empty()) first = s.down_delivered;
+    last = s.down_delivered;
+    q.push_back(s.downq_ms);
+  }
+  Window w;
+  if (q.empty()) return w;
+  for (double x : q) w.mean_ms += x;
+  w.mean_ms /= static_cast<double>(q.size());
+  w.p95_ms = sim::percentile(q, 0.95);
+  w.down_bps = static_cast<double>(last - first) * 8.0 / (static_cast<double>(to - from) / 1e9);
+  return w;
+}
+
+void print(const char* what, const Window& w) {
+  std::printf("    %-32s downq mean %4.0f p95 %4.0f ms  down %.2f Mbit/s\n", what, w.mean_ms,
+              w.p95_ms, w.down_bps / 1e6);
+}
+
+// (c) The downlink capacity drops (to 1/4 and to 1/10 for 10 s, then back), or the link
+// goes out for 2 s; download alone on the 3G link, the event at three phases of the drain
+// period (15, 16.25, 17.5 s).
+// Hypothesis: while the queue stands above T the link is busy, so a delivered rate far
+// below its maximum is the link falling: the window follows it at once and the queue is
+// back near T within 2 s (a 64 KB clamp keeps 0.25-0.7 s of queue for the whole drop); a
+// recovery is probed back within 2 s, and nothing is lost after it.
+// Killed by: from 2 s after the drop on, a queue mean above 1.5 T or p95 above 150 ms
+// (one 1500-byte packet takes 17 ms at 0.72 Mbit/s); from 2 s after the recovery (or the
+// outage) on, the download below 95 % of the link, or below 75 % in its first 2 s.
+TEST(SimDownlinkQueueVariable, CapacityDropAndOutage) {
+  struct Event {
+    const char* name;
+    double factor;  // capacity during the event; 0: outage
+    Nanos length;
+  };
+  for (const Event& e :
+       {Event{"drop to 1/4", 0.25, 10 * kSecond}, Event{"drop to 1/10", 0.1, 10 * kSecond},
+        Event{"outage", 0, 2 * kSecond}}) {
+    for (const Nanos at : {15 * kSecond, 16250 * kMilli, 17500 * kMilli}) {
+      Scenario s = sim::three_g_link();
+      s.uploads = 0;
+      s.warmup = 5 * kSecond;
+      s.duration = at + e.length + 10 * kSecond;
+      if (e.factor > 0) {
+        s.down_rate_steps = {{at, s.down_bps * e.factor}, {at + e.length, s.down_bps}};
+      } else {
+        s.down_outages = {{at, at + e.length}};
+      }
+      char what[64];
+      std::snprintf(what, sizeof what, "%s at %.2f s", e.name, static_cast<double>(at) / 1e9);
+      run(s, Down::kStatic, 0, what);
+      const PolicyRun q = run(s, Down::kQueue, 0, what);
+      const double T = ms(q.threshold);
+      const Window during = window(q.r, at + 2 * kSecond, at + e.length);
+      const Window back = window(q.r, at + e.length, at + e.length + 2 * kSecond);
+      const Window after = window(q.r, at + e.length + 2 * kSecond, s.duration);
+      if (e.factor > 0) print("+2 s .. recovery", during);
+      print("recovery +0..2 s", back);
+      print("recovery +2 s ..", after);
+      if (e.factor > 0) {
+        EXPECT_LE(during.mean_ms, 1.5 * T) << what;
+        EXPECT_LE(during.p95_ms, 150) << what;
+      }
+      EXPECT_GE(back.down_bps, 0.75 * 6.94e6) << what;
+      EXPECT_GE(after.down_bps, 0.95 * 6.94e6) << what;
+      EXPECT_LE(after.mean_ms, 1.5 * T) << what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rsfc
