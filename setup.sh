@@ -2,11 +2,12 @@
 # Installs what rsfcd needs (Debian 12 packages) and builds it:
 #   build/rsfcd          the daemon (and unit tests, benchmark, lab tools) - release
 #   build-asan/          the unit tests again under ASan + UBSan
+#   build-fuzz/          the libFuzzer harness over parse + engine (clang; test/fuzz/run.sh)
 # Run as root on a fresh machine: sudo ./setup.sh
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES=(build-essential cmake ninja-build pkg-config clang-format
+PACKAGES=(build-essential cmake ninja-build pkg-config clang-format clang libclang-rt-14-dev
   libnetfilter-queue-dev libmnl-dev libevent-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
   python3 python3-scapy python3-pytest python3-yaml python3-matplotlib
   iptables iproute2 iperf3 iputils-ping tcpdump curl procps)
@@ -36,5 +37,10 @@ cmake --build build -j"$jobs"
 if [[ "${RSFC_SKIP_ASAN:-0}" != 1 ]]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRSFC_SANITIZE=ON >/dev/null
   cmake --build build-asan -j"$jobs"
+fi
+if [[ "${RSFC_SKIP_FUZZ:-0}" != 1 ]]; then
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_COMPILER=clang++ -DRSFC_FUZZ=ON >/dev/null
+  cmake --build build-fuzz -j"$jobs" --target engine_fuzz rsfc-fuzz-corpus
 fi
 echo "setup: built $(pwd)/build/rsfcd"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: unit tests (release and ASan/UBSan builds), then the integration tests
+# Runs every test: unit tests (release and ASan/UBSan builds), a short fuzz run of parse +
+# engine (RSFC_FUZZ_SECONDS, default 60; test/fuzz/run.sh), then the integration tests
 # (real daemon behind NFQUEUE in network namespaces, real kernel TCP) and the lab smoke
 # scenario. Needs root (namespaces, iptables). Run ./setup.sh first.
 set -euo pipefail
@@ -13,5 +14,7 @@ if [[ -d build-asan ]]; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j2
 fi
+echo "== fuzz: parse + engine =="
+test/fuzz/run.sh --ci "${RSFC_FUZZ_SECONDS:-60}"
 echo "== integration tests (namespaces, NFQUEUE, kernel TCP) =="
 exec /usr/bin/python3 -m pytest -q -p no:cacheprovider test/integration "$@"
