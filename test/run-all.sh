@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests (release and ASan/UBSan builds), a short fuzz run of parse +
 # engine (RSFC_FUZZ_SECONDS, default 60; test/fuzz/run.sh), then the integration tests
-# (real daemon behind NFQUEUE in network namespaces, real kernel TCP) and the lab smoke
-# scenario. Needs root (namespaces, iptables). Run ./setup.sh first.
+# (real daemon behind NFQUEUE in network namespaces, real kernel TCP, SIGHUP under load),
+# the lab smoke scenario and the short docker lab (docker/run-lab.sh --short; skipped, saying
+# why, when no Docker engine can be had). Needs root (namespaces, iptables). Run ./setup.sh
+# first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $(id -u) == 0 ]] || { echo "run-all: needs root (network namespaces, iptables)" >&2; exit 1; }
