@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "rsfc/core/downlink_regulator.h"
+
 namespace rsfc {
 namespace {
 
@@ -219,6 +221,28 @@ TEST(Config, OtherValidSpellings) {
       "min_window_bytes: 100000\ndownlink: { policy: observe }\nuplink: { policy: \"off\" }\n"
       "subscriber_networks: [10.0.0.0/8]\n");
   EXPECT_EQ(c.params.uplink.static_window_bytes, 65535u);
+}
+
+// rsfc runs on either knob (the downlink one: the downlink queue regulator, on the rsfc
+// keys); drwa stays downlink-only (the refusal is in BadConfig's table: drwa_on_uplink).
+TEST(Config, RsfcOnEitherKnob) {
+  Config c = parse_config(
+      "subscriber_networks: [10.0.0.0/8]\ndownlink: { policy: rsfc }\n"
+      "uplink: { policy: \"off\" }\nrsfc: { threshold_ms: 30, fast_target: 1.5 }\n");
+  EXPECT_EQ(c.params.downlink.policy, Policy::kRsfc);
+  EXPECT_EQ(c.params.uplink.policy, Policy::kOff);
+  const DownlinkQueueParams dp = downlink_params_from(c.params.rsfc);
+  ASSERT_TRUE(dp.threshold.has_value());
+  EXPECT_EQ(*dp.threshold, 30 * kMilli);
+  EXPECT_EQ(dp.fast_target, 1.5);
+  c = parse_config(
+      "subscriber_networks: [10.0.0.0/8]\nuplink: { policy: rsfc }\n"
+      "downlink: { policy: rsfc }\n");
+  EXPECT_EQ(c.params.uplink.policy, Policy::kRsfc);
+  EXPECT_EQ(c.params.downlink.policy, Policy::kRsfc);
+  // Like every policy but off, it needs to know which side is the subscriber.
+  EXPECT_NE(error_of("downlink: { policy: rsfc }\n").find("subscriber_networks"),
+            std::string::npos);
 }
 
 // yaml-cpp reads a bare `off` as "off", PyYAML as false: both spellings work, and real
@@ -654,8 +678,6 @@ const BadCase kBadCases[] = {
     {"log_level_unknown", "log: { level: verbose }\n", 1, "log.level",
      "expected one of debug, info, warn, error (got verbose)"},
     // policy per direction
-    {"rsfc_on_downlink", "subscriber_networks: [10.0.0.0/8]\ndownlink:\n  policy: rsfc\n", 3,
-     "downlink.policy", "rsfc is an uplink-only policy"},
     {"drwa_on_uplink", "subscriber_networks: [10.0.0.0/8]\nuplink: { policy: drwa }\n", 2,
      "uplink.policy", "drwa is a downlink-only policy"},
     // prefixes

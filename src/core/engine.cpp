@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <variant>
 
+#include "rsfc/core/downlink_regulator.h"
 #include "rsfc/core/drwa.h"
 #include "rsfc/core/estimators.h"
 #include "rsfc/core/flow_table.h"
@@ -12,15 +14,23 @@
 
 namespace rsfc {
 
+// The downlink knob's regulator: DRWA (policies drwa and observe) or the downlink queue
+// regulator (rsfc); none until the flow's first segment under one of them. One slot: a reload
+// that changes the kind starts a fresh regulator of the new kind.
+using DownlinkSlot = std::variant<std::monostate, DownlinkRegulator, DownlinkQueueRegulator>;
+
 // Regulator state per flow, parallel to the flow table.
 struct FlowRegulators {
   UplinkRegulator up;
-  DownlinkRegulator down;
+  DownlinkSlot down;
   RsfcState counted_state = RsfcState::kStartup;
-  bool in_state_gauge = false;                   // counted in rsfc_flows_in_state[counted_state]
-  bool counted_no_ts = false;                    // counted in flows_no_timestamps (rsfc)
-  bool counted_tick = false;                     // counted in rsfc_tick_estimates
-  uint32_t counted_path_rebaselines = 0;         // of up.path_rebaselines(), in the counter
+  DownlinkState counted_down_state = DownlinkState::kStartup;
+  bool in_state_gauge = false;            // counted in rsfc_flows_in_state[counted_state]
+  bool in_down_gauge = false;             // counted in downlink_flows_in_state[counted_down_state]
+  bool counted_down_no_ts = false;        // counted in downlink_flows_no_timestamps
+  bool counted_no_ts = false;             // counted in flows_no_timestamps (rsfc)
+  bool counted_tick = false;              // counted in rsfc_tick_estimates
+  uint32_t counted_path_rebaselines = 0;  // of up.path_rebaselines(), in the counter
   uint32_t subscriber = SubscriberTable::kNone;  // entry up is attached to
 };
 
@@ -124,10 +134,41 @@ void describe_downlink(DecisionRecord& rec, const DownlinkRegulator& dr) {
   rec.timestamps = dr.timestamps();
 }
 
+double ms_or_unknown(std::optional<Nanos> d) {
+  return d ? static_cast<double>(*d) / 1e6 : kUnknown;
+}
+
+// The downlink queue regulator: t_buff_ms carries q_up (the ACKs' wait in the uplink
+// buffer), q_down_ms the downlink queue it regulates.
+void describe_downlink(DecisionRecord& rec, const DownlinkQueueRegulator& q) {
+  rec.knob = "downlink";
+  rec.state = q.state_name();
+  rec.tick_ms = q.tick_ms();
+  rec.t_buff_ms = ms_or_unknown(q.q_up());
+  rec.rate_bps = q.rate() * 8;  // bytes/s -> bits/s
+  rec.rtt_min_ms = ms_or_unknown(q.rtt_min());
+  rec.rtt_ms = ms_or_unknown(q.rtt_used());
+  rec.timestamps = q.timestamps();
+  rec.has_q_down = true;
+  rec.q_down_ms = ms_or_unknown(q.q_down());
+}
+
+// What the regulator of the knob in `dir` tells the decision log.
+void describe_regulator(DecisionRecord& rec, const FlowRegulators& r, Direction dir) {
+  if (dir == Direction::kToSubscriber) {
+    describe_uplink(rec, r.up);
+  } else if (const auto* q = std::get_if<DownlinkQueueRegulator>(&r.down)) {
+    describe_downlink(rec, *q);
+  } else if (const auto* d = std::get_if<DownlinkRegulator>(&r.down)) {
+    describe_downlink(rec, *d);
+  }
+}
+
 }  // namespace
 
 Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_seed)
     : params_(params),
+      down_params_(downlink_params_from(params.rsfc)),
       flows_(std::make_unique<FlowTable>(flows_max, hash_seed)),
       // One entry per tracked flow at most, plus the one of a flow being added to a full table.
       subscribers_(std::make_unique<SubscriberTable>(flows_max + 1)) {
@@ -144,7 +185,14 @@ void Engine::set_params(const EngineParams& params) {
     // observe back). One walk per such reload, never per packet.
     for (uint32_t idx = 0; idx < regs_.size(); ++idx) leave_state_gauge(idx);
   }
+  if (params_.downlink.policy == Policy::kRsfc && params.downlink.policy != Policy::kRsfc) {
+    // Likewise for the downlink queue regulator. Its flows keep their regulators until a
+    // segment under another kind (drwa, observe) replaces them; under off or static they
+    // rest, and rsfc again continues them.
+    for (uint32_t idx = 0; idx < regs_.size(); ++idx) leave_down_gauge(idx);
+  }
   params_ = params;
+  down_params_ = downlink_params_from(params_.rsfc);
 }
 
 size_t Engine::active_flows() const {
@@ -175,6 +223,7 @@ void Engine::forget_flow(uint32_t idx) {
     counters_.rsfc_subscribers.set(subscribers_->attached());
   }
   leave_state_gauge(idx);
+  leave_down_gauge(idx);
 }
 
 // Takes a flow out of the per-state gauge (it is being removed, or changes state).
@@ -184,6 +233,16 @@ void Engine::leave_state_gauge(uint32_t idx) {
     Counter& c = counters_.rsfc_flows_in_state[static_cast<size_t>(r.counted_state)];
     c.set(c.get() - 1);
     r.in_state_gauge = false;
+  }
+}
+
+// The same for the downlink queue regulator's per-state gauge.
+void Engine::leave_down_gauge(uint32_t idx) {
+  FlowRegulators& r = regs_[idx];
+  if (r.in_down_gauge) {
+    Counter& c = counters_.downlink_flows_in_state[static_cast<size_t>(r.counted_down_state)];
+    c.set(c.get() - 1);
+    r.in_down_gauge = false;
   }
 }
 
@@ -439,12 +498,41 @@ bool Engine::on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool f
     join_subscriber(idx);
   }
   const TcpSegment seg = TcpSegment::from_view(v);
-  if (dir == Direction::kFromSubscriber) {
-    if (up_fed) regs.up.on_uplink_segment(now, seg, params_.rsfc);
-    if (down_fed) regs.down.on_uplink_segment(now, seg, params_.drwa);
+  const bool from_phone = dir == Direction::kFromSubscriber;
+  if (up_fed) {
+    if (from_phone) {
+      regs.up.on_uplink_segment(now, seg, params_.rsfc);
+    } else {
+      regs.up.on_downlink_segment(now, seg, params_.rsfc);
+    }
+  }
+  if (down_fed) feed_downlink(idx, seg, from_phone, now);
+}
+
+// The downlink knob's regulator of the policy's kind (rsfc: the queue regulator; drwa and
+// observe: DRWA), started fresh on the flow's first segment or when a reload changed the kind.
+[[gnu::always_inline]] inline void Engine::feed_downlink(uint32_t idx, const TcpSegment& seg,
+                                                         bool from_phone, Nanos now) {
+  DownlinkSlot& slot = regs_[idx].down;
+  if (params_.downlink.policy == Policy::kRsfc) {
+    auto* q = std::get_if<DownlinkQueueRegulator>(&slot);
+    if (q == nullptr) q = &slot.emplace<DownlinkQueueRegulator>();
+    if (from_phone) {
+      q->on_uplink_segment(now, seg, down_params_);
+    } else {
+      q->on_downlink_segment(now, seg, down_params_);
+    }
+    return;
+  }
+  auto* d = std::get_if<DownlinkRegulator>(&slot);
+  if (d == nullptr) {
+    leave_down_gauge(idx);  // the queue regulator it replaces
+    d = &slot.emplace<DownlinkRegulator>();
+  }
+  if (from_phone) {
+    d->on_uplink_segment(now, seg, params_.drwa);
   } else {
-    if (up_fed) regs.up.on_downlink_segment(now, seg, params_.rsfc);
-    if (down_fed) regs.down.on_downlink_segment(now, seg, params_.drwa);
+    d->on_downlink_segment(now, seg, params_.drwa);
   }
 }
 
@@ -534,7 +622,10 @@ inline void Engine::rewrite_window(std::span<uint8_t> pkt, PacketView& v, const 
   if (checksum == ChecksumState::kNotReady) counters_.checksum_full.add();
   counters_.windows_rewritten[d].add();
   const Policy policy = knob_params(r.direction).policy;
-  if (policy == Policy::kRsfc) counters_.rsfc_windows_applied.add();
+  if (policy == Policy::kRsfc && r.direction == Direction::kToSubscriber)
+    counters_.rsfc_windows_applied.add();
+  if (policy == Policy::kRsfc && r.direction == Direction::kFromSubscriber)
+    counters_.downlink_windows_applied.add();
   if (policy == Policy::kDrwa) counters_.drwa_windows_applied.add();
   r.outcome = Outcome::kRewritten;
   r.modified = true;
@@ -566,21 +657,51 @@ void Engine::join_subscriber(uint32_t idx) {
 uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
                                   bool& log) {
   FlowRegulators& r = regs_[idx];
-  const bool up = dir == Direction::kToSubscriber;
-  const WindowDecision d =
-      up ? r.up.target_window(now, params_.rsfc) : r.down.target_window(now, params_.drwa);
-  if (up) count_uplink_health(idx, d.window != kNoClamp);
+  WindowDecision d;
+  if (dir == Direction::kToSubscriber) {
+    d = r.up.target_window(now, params_.rsfc);
+    count_uplink_health(idx, d.window != kNoClamp);
+  } else {
+    d = downlink_target(idx, now);
+  }
   const uint64_t target = d.window == kNoClamp ? UINT64_MAX : d.window;
   if (d.stepped && sink_) {
-    if (up) {
-      describe_uplink(rec, r.up);
-    } else {
-      describe_downlink(rec, r.down);
-    }
+    describe_regulator(rec, r, dir);
     describe_flow(rec, idx, dir, now, target);
     log = true;  // apply_knob adds the window advertised and emits it
   }
   return target;
+}
+
+// The downlink knob's regulator's target (no clamp before its first segment).
+WindowDecision Engine::downlink_target(uint32_t idx, Nanos now) {
+  FlowRegulators& r = regs_[idx];
+  if (auto* q = std::get_if<DownlinkQueueRegulator>(&r.down)) {
+    const WindowDecision d = q->target_window(now, down_params_);
+    count_downlink_health(idx);
+    return d;
+  }
+  if (auto* dr = std::get_if<DownlinkRegulator>(&r.down))
+    return dr->target_window(now, params_.drwa);
+  return {};
+}
+
+// The downlink queue regulator's per-state gauge, and its flows without timestamps (left
+// alone: NO_TIMESTAMPS) counted once each.
+void Engine::count_downlink_health(uint32_t idx) {
+  FlowRegulators& r = regs_[idx];
+  const auto& q = std::get<DownlinkQueueRegulator>(r.down);
+  if (!r.in_down_gauge || r.counted_down_state != q.state()) {
+    leave_down_gauge(idx);
+    r.counted_down_state = q.state();
+    Counter& c = counters_.downlink_flows_in_state[static_cast<size_t>(q.state())];
+    c.set(c.get() + 1);
+    r.in_down_gauge = true;
+  }
+  if (!r.counted_down_no_ts && q.fallback()) {
+    r.counted_down_no_ts = true;
+    counters_.downlink_flows_no_timestamps.add();
+  }
 }
 
 // The uplink controller's per-state gauge and once-per-flow health counters.

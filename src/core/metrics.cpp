@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdio>
 
+#include "rsfc/core/downlink_regulator.h"
 #include "rsfc/core/rsfc_controller.h"
 
 namespace rsfc {
@@ -193,6 +194,17 @@ constexpr QueueFamily<CoreCounters> kRegulatorFamilies[] = {
      &CoreCounters::drwa_windows_applied},
 };
 
+// After the per-state gauge rsfcd_downlink_flows.
+constexpr QueueFamily<CoreCounters> kDownlinkFamilies[] = {
+    {"rsfcd_downlink_windows_applied_total", "counter",
+     "Windows applied by the downlink queue regulator (downlink.policy rsfc).",
+     &CoreCounters::downlink_windows_applied},
+    {"rsfcd_downlink_flows_no_timestamps_total", "counter",
+     "Flows the downlink queue regulator leaves unclamped because they carry no TCP "
+     "timestamps.",
+     &CoreCounters::downlink_flows_no_timestamps},
+};
+
 // The I/O shell's counters per queue.
 constexpr QueueFamily<QueueCounters> kQueueFamilies[] = {
     {"rsfcd_queue_packets_received_total", "counter", "Packets received from the NFQUEUE socket.",
@@ -313,6 +325,20 @@ void rsfc_state_family(Writer& w, const std::vector<QueueMetricsView>& qs) {
   }
 }
 
+void downlink_state_family(Writer& w, const std::vector<QueueMetricsView>& qs) {
+  static_assert(kDownlinkStates ==
+                std::tuple_size_v<decltype(CoreCounters::downlink_flows_in_state)>);
+  w.family("rsfcd_downlink_flows", "gauge", "Flows per downlink queue regulator state.");
+  for (const auto& q : qs) {
+    if (q.core == nullptr) continue;
+    for (size_t s = 0; s < q.core->downlink_flows_in_state.size(); ++s) {
+      w.sample("rsfcd_downlink_flows",
+               qlabel(q.queue) + "," + label("state", to_string(static_cast<DownlinkState>(s))),
+               q.core->downlink_flows_in_state[s].get());
+    }
+  }
+}
+
 // One sample per queue and value of an enum-indexed array of core counters.
 template <typename E, size_t N>
 void labelled_family(Writer& w, const std::vector<QueueMetricsView>& qs, const char* name,
@@ -389,6 +415,8 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
   guard_families(w, qs);
   rsfc_state_family(w, qs);
   queue_families(w, qs, &QueueMetricsView::core, kRegulatorFamilies);
+  downlink_state_family(w, qs);
+  queue_families(w, qs, &QueueMetricsView::core, kDownlinkFamilies);
   queue_families(w, qs, &QueueMetricsView::io, kQueueFamilies);
   processing_time_family(w, qs);
   return out;

@@ -876,7 +876,10 @@ const FieldTable<DirectionParams> kDirectionFields = {
      "- off: nothing, the windows pass untouched.\n"
      "- observe: track and export metrics, never modify.\n"
      "- static: clamp the window to static_window_bytes (what Android does with tcp_rmem_max).\n"
-     "- rsfc, uplink only: Receiver-Side Flow Control (see rsfc below).\n"
+     "- rsfc: Receiver-Side Flow Control (see rsfc below). On the uplink it keeps the phone's "
+     "uplink buffer short; on the downlink it keeps the download's queue in the downlink "
+     "buffer short, timed on the phone's own clock (TCP timestamps; flows without them are "
+     "left alone), with the same rsfc keys (threshold_ms, growth_per_rtt, fast_target, ...).\n"
      "- drwa, downlink only: Dynamic Receive Window Adjustment (see drwa below).\n"
      "Write off quoted if other tools read this file: PyYAML (YAML 1.1) reads a bare off as the "
      "boolean false. rsfcd accepts both spellings, but not false or no."},
@@ -898,7 +901,7 @@ const FieldTable<Config> kFlowsFields = {
      "Flows tracked at most, shared out between the queues' workers: each gets flows.max / "
      "queues (rounded up), which must be at least 1 and at most 2^31 (what its flow table can "
      "index). Memory for every flow is reserved at start: flows.max x the size of a flow (about "
-     "2.6 KB) must fit in the machine's physical memory. Restart-only."},
+     "4.4 KB) must fit in the machine's physical memory. Restart-only."},
     {"idle_timeout_s",
      duration_field([](auto& c) -> auto& { return c.params.idle_timeout; }, kSecond,
                     {1, 7 * 86'400}),
@@ -976,8 +979,9 @@ const FieldTable<Config> kTopFields = {
     {"rsfc",
      section_field(
          kRsfcFields, [](auto& c) -> auto& { return c.params.rsfc; }),
-     "The RSFC controller, used when uplink.policy is rsfc. T is the threshold on t_buff, the "
-     "filtered uplink buffering delay: above it the controller clamps the window to about one "
+     "The RSFC controller, used when uplink.policy or downlink.policy is rsfc. T is the "
+     "threshold on the filtered buffering delay (uplink: t_buff; downlink: the download's "
+     "queue in the downlink buffer): above it the controller clamps the window to about one "
      "bandwidth-delay product (fast state), below it the window grows (slow state)."},
     {"drwa",
      section_field(
@@ -1012,11 +1016,6 @@ void check_direction(const Reader& r, const Config& c, const DirectionParams& d,
                      const std::string& name) {
   const std::string policy_key = name + ".policy";
   const int policy_line = r.line_of(policy_key).value_or(0);
-  if (name == "downlink" && d.policy == Policy::kRsfc) {
-    r.fail(policy_line, policy_key,
-           "rsfc is an uplink-only policy (it regulates the subscriber's uplink buffer); "
-           "downlink takes off, observe, static or drwa (got rsfc)");
-  }
   if (name == "uplink" && d.policy == Policy::kDrwa) {
     r.fail(policy_line, policy_key,
            "drwa is a downlink-only policy (it sizes the server's window into the downlink); "

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "rsfc/core/decision_record.h"
+#include "rsfc/core/downlink_regulator.h"
 #include "rsfc/core/flow_table.h"
 #include "rsfc/core/metrics.h"
 #include "rsfc/core/packet.h"
@@ -88,6 +89,7 @@ class Engine {
   inline uint32_t flow_of(const PacketView& v, PacketResult& r, Nanos now);
   inline bool track_lifecycle(uint32_t idx, const PacketView& v, Nanos now, PacketResult& r);
   inline void feed_regulators(uint32_t idx, const PacketView& v, Direction dir, Nanos now);
+  inline void feed_downlink(uint32_t idx, const TcpSegment& seg, bool from_phone, Nanos now);
   inline void apply_knob(std::span<uint8_t> pkt, PacketView& v, uint32_t idx, Nanos now,
                          PacketMeta meta, PacketResult& r);
   uint32_t add_flow(const FlowKey& key, uint32_t h, const PacketView& v, Direction dir, Nanos now);
@@ -109,6 +111,8 @@ class Engine {
   // set, fills `rec` (all but window_bytes) and sets `log`.
   uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec, bool& log);
   void count_uplink_health(uint32_t idx, bool clamps);
+  WindowDecision downlink_target(uint32_t idx, Nanos now);
+  void count_downlink_health(uint32_t idx);
   void describe_flow(DecisionRecord& rec, uint32_t idx, Direction dir, Nanos now,
                      uint64_t target) const;
   void join_subscriber(uint32_t idx);
@@ -116,8 +120,10 @@ class Engine {
   void reset_flow_state(uint32_t idx);
   void forget_flow(uint32_t idx);
   void leave_state_gauge(uint32_t idx);
+  void leave_down_gauge(uint32_t idx);
 
   EngineParams params_;
+  DownlinkQueueParams down_params_;  // from params_.rsfc (downlink_params_from)
   std::unique_ptr<FlowTable> flows_;
   std::unique_ptr<SubscriberTable> subscribers_;  // rsfc's per-subscriber state
   std::vector<FlowRegulators> regs_;              // parallel to the flow table, reserved once

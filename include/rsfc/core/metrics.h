@@ -95,6 +95,10 @@ struct CoreCounters {
   Counter rsfc_subscribers_created;  // entries created (a subscriber's first flow)
   Counter rsfc_path_rebaselines;     // min(d) raised: a scheduled drain showed a longer path
   Counter drwa_windows_applied;
+  // The downlink queue regulator (downlink.policy rsfc).
+  std::array<Counter, 5> downlink_flows_in_state{};  // gauge, indexed by DownlinkState
+  Counter downlink_windows_applied;
+  Counter downlink_flows_no_timestamps;  // flows it leaves alone: no TCP timestamps
 };
 
 // Counters the I/O shell keeps per queue.
