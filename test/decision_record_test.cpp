@@ -59,6 +59,29 @@ TEST(DecisionRecordJson, ReplayFormCountsFromTheOriginAndNullsTheUnknown) {
   EXPECT_NE(line.find("\"t_buff_ms\":null,\"rate_bps\":null,"), std::string::npos) << line;
 }
 
+// The downlink queue regulator's records add q_down_ms after rtt_ms; the others (uplink
+// above, DRWA's) stay as they were.
+TEST(DecisionRecordJson, DownlinkQueueRecordsCarryQDown) {
+  DecisionRecord r = record();
+  r.knob = "downlink";
+  r.state = "slow";
+  r.has_q_down = true;
+  r.q_down_ms = 7.25;
+  std::string line = format(r, DecisionJson::kLog);
+  EXPECT_NE(line.find("\"knob\":\"downlink\",\"state\":\"slow\","), std::string::npos) << line;
+  EXPECT_NE(line.find("\"rtt_ms\":null,\"q_down_ms\":7.25,\"window_bytes\":44032,"),
+            std::string::npos)
+      << line;
+  r.q_down_ms = NAN;
+  line = format(r, DecisionJson::kReplay);
+  EXPECT_NE(line.find("\"q_down_ms\":null,"), std::string::npos) << line;
+  r.q_down_ms = 3;
+  line = format(r, DecisionJson::kReplay);
+  EXPECT_NE(line.find("\"q_down_ms\":3.000,"), std::string::npos) << line;
+  r.has_q_down = false;
+  EXPECT_EQ(format(r, DecisionJson::kLog).find("q_down_ms"), std::string::npos);
+}
+
 TEST(DecisionRecordJson, EscapesNamesAndNeverOverrunsTheBuffer) {
   DecisionRecord r = record();
   r.state = "a\"b\\c\n";

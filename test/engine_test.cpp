@@ -1295,3 +1295,280 @@ TEST(EngineMetrics, FlowsPerStateDropEvictedAndRestartedFlows) {
 
 }  // namespace
 }  // namespace rsfc
+
+// --- The downlink knob under rsfc: the downlink queue regulator -------------------------
+
+namespace rsfc {
+namespace {
+
+struct DownloadAck {
+  Nanos at = 0;
+  uint64_t window_in = 0, window_out = 0;  // bytes
+  uint32_t edge = 0;                       // ack + window_out
+  bool modified = false;
+};
+
+struct DownloadResult {
+  std::vector<DownloadAck> acks;
+  std::vector<DecisionRecord> records;
+};
+
+struct Download {
+  Nanos duration = 12 * kSecond;
+  bool timestamps = true;
+  // Reloads: each runs once, before the first phone ACK at or after its time (since the SYN).
+  std::vector<std::pair<Nanos, std::function<void(Engine&)>>> hooks{};
+};
+
+EngineParams downlink_params(Policy down) {
+  EngineParams p = static_params(65535);
+  p.uplink.policy = Policy::kOff;
+  p.downlink.policy = down;
+  return p;
+}
+
+// A server sending open-loop at 2 Mbit/s into the phone's downlink buffer, whose queueing
+// delay rises 100 ms per second up to 1.5 s, seen at the gateway (20 ms from the phone each
+// way): the phone ACKs every second segment as it arrives, with TSval = its 1 ms clock, and
+// offers a large window (20000 << 7). Checks the engine's plumbing of the downlink queue
+// regulator (its own behaviour is tested in downlink_regulator_test).
+DownloadResult run_download(Engine& e, const Download& o) {
+  RecordingSink sink;
+  e.set_decision_sink(&sink);
+  const std::string phone = "198.18.0.2", server = "198.19.0.2";
+  const uint8_t scale = 7;
+  auto process = [&](TcpSpec s, Nanos at) {
+    s.timestamps = o.timestamps;
+    std::vector<uint8_t> b = testpkt::build(s);
+    PacketView in;
+    EXPECT_EQ(parse_packet(b, in), ParseError::kNone);
+    const PacketResult r = e.process(b, at);
+    PacketView out;
+    EXPECT_EQ(parse_packet(b, out), ParseError::kNone);
+    EXPECT_LE(out.window, in.window) << "window raised";
+    EXPECT_EQ(tcp_checksum(b, out), out.checksum);
+    return std::pair{r, out};
+  };
+  const Nanos t0 = kSecond;
+  process({.src = phone,
+           .dst = server,
+           .sport = 40000,
+           .dport = 443,
+           .seq = kPhoneIsn,
+           .flags = tcpflag::kSyn,
+           .window = 64240,
+           .mss = 1460,
+           .wscale = scale,
+           .sack_permitted = true,
+           .tsval = 1000},
+          t0);
+  process({.src = server,
+           .dst = phone,
+           .sport = 443,
+           .dport = 40000,
+           .seq = kServerIsn,
+           .ack = kPhoneIsn + 1,
+           .flags = tcpflag::kSyn | tcpflag::kAck,
+           .window = 65535,
+           .mss = 1460,
+           .wscale = scale,
+           .sack_permitted = true,
+           .tsval = 777,
+           .tsecr = 1000},
+          t0 + 2 * kMilli);
+  process({.src = phone,
+           .dst = server,
+           .sport = 40000,
+           .dport = 443,
+           .seq = kPhoneIsn + 1,
+           .ack = kServerIsn + 1,
+           .window = 20000,
+           .tsval = 1044,
+           .tsecr = 777},
+          t0 + 44 * kMilli);
+  DownloadResult res;
+  struct PendingAck {
+    Nanos at;  // reaches the gateway
+    uint32_t ack, tsval, tsecr;
+  };
+  std::deque<PendingAck> acks;
+  std::vector<bool> hooked(o.hooks.size(), false);
+  uint32_t phone_ts = 1044;  // the last phone TSval that reached the server
+  auto deliver = [&](Nanos until) {
+    while (!acks.empty() && acks.front().at <= until) {
+      const PendingAck a = acks.front();
+      acks.pop_front();
+      for (size_t i = 0; i < o.hooks.size(); ++i) {
+        if (!hooked[i] && a.at - t0 >= o.hooks[i].first) {
+          hooked[i] = true;
+          o.hooks[i].second(e);
+        }
+      }
+      auto [r, out] = process({.src = phone,
+                               .dst = server,
+                               .sport = 40000,
+                               .dport = 443,
+                               .seq = kPhoneIsn + 1,
+                               .ack = a.ack,
+                               .window = 20000,
+                               .tsval = a.tsval,
+                               .tsecr = a.tsecr},
+                              a.at);
+      const uint64_t w = window_bytes(out.window, scale);
+      res.acks.push_back({.at = a.at,
+                          .window_in = uint64_t{20000} << scale,
+                          .window_out = w,
+                          .edge = a.ack + static_cast<uint32_t>(w),
+                          .modified = r.modified});
+      phone_ts = a.tsval;
+    }
+  };
+  uint32_t sent = 0;
+  const Nanos seg_gap = 1448 * kSecond / 250000;  // 2 Mbit/s
+  for (Nanos send = t0 + 46 * kMilli; send < t0 + o.duration; send += seg_gap) {
+    deliver(send);
+    const uint32_t server_ts = static_cast<uint32_t>(777 + (send - t0) / kMilli);
+    process({.src = server,
+             .dst = phone,
+             .sport = 443,
+             .dport = 40000,
+             .seq = kServerIsn + 1 + sent,
+             .ack = kPhoneIsn + 1,
+             .window = 1000,
+             .tsval = server_ts,
+             .tsecr = phone_ts,
+             .payload_len = 1448},
+            send);
+    sent += 1448;
+    if ((sent / 1448) % 2 == 0) {
+      const Nanos queue = std::min<Nanos>((send - t0) / 10, 1500 * kMilli);
+      const Nanos at_phone = send + 20 * kMilli + queue;
+      acks.push_back({.at = at_phone + 20 * kMilli,
+                      .ack = kServerIsn + 1 + sent,
+                      .tsval = static_cast<uint32_t>(1000 + (at_phone - t0) / kMilli),
+                      .tsecr = server_ts});
+    }
+  }
+  deliver(t0 + o.duration);
+  e.set_decision_sink(nullptr);
+  res.records = sink.records;
+  return res;
+}
+
+uint64_t in_any_downlink_state(const Engine& e) {
+  uint64_t n = 0;
+  for (const Counter& c : e.counters().downlink_flows_in_state) n += c.get();
+  return n;
+}
+
+// The downlink's right edge (ack + window as forwarded) never moves back.
+void expect_edge_kept(const DownloadResult& r) {
+  for (size_t i = 1; i < r.acks.size(); ++i) {
+    EXPECT_TRUE(seq_ge(r.acks[i].edge, r.acks[i - 1].edge)) << "edge pulled back at " << i;
+  }
+}
+
+TEST(EngineDownlinkRsfc, GrowingDownlinkQueueGetsTheWindowClamped) {
+  Engine e(16, downlink_params(Policy::kRsfc));
+  const DownloadResult r = run_download(e, {});
+  ASSERT_GT(r.acks.size(), 800u);
+  uint64_t modified = 0;
+  for (const DownloadAck& a : r.acks) {
+    EXPECT_LE(a.window_out, a.window_in);
+    modified += a.modified;
+  }
+  expect_edge_kept(r);
+  EXPECT_GT(modified, r.acks.size() / 2) << "a growing downlink queue must be regulated";
+  EXPECT_LT(r.acks.back().window_out, 200'000u);
+  // Counted as the downlink regulator's, not the uplink controller's or DRWA's.
+  // (Plus the handshake's last ACK, not in r.acks.)
+  EXPECT_GE(e.counters().downlink_windows_applied.get(), modified);
+  EXPECT_EQ(e.counters().downlink_windows_applied.get(), e.counters().windows_rewritten[1].get());
+  EXPECT_EQ(e.counters().rsfc_windows_applied.get(), 0u);
+  EXPECT_EQ(e.counters().drwa_windows_applied.get(), 0u);
+  EXPECT_EQ(e.counters().downlink_flows_no_timestamps.get(), 0u);
+  EXPECT_EQ(in_any_downlink_state(e), 1u);
+  // The decision log: downlink records with the queue they regulate.
+  ASSERT_GT(r.records.size(), 20u);
+  bool fast = false, q_known = false;
+  for (const DecisionRecord& d : r.records) {
+    EXPECT_STREQ(d.knob, "downlink");
+    EXPECT_TRUE(d.has_q_down);
+    EXPECT_TRUE(d.timestamps);
+    EXPECT_TRUE(d.enforced);
+    fast |= std::string_view(d.state) == "fast";
+    q_known |= d.q_down_ms > 0;
+  }
+  EXPECT_TRUE(fast) << "a growing queue puts the regulator in FAST";
+  EXPECT_TRUE(q_known);
+  char line[1024];
+  ASSERT_GT(format_decision_json(r.records.back(), line, sizeof(line)), 0u);
+  EXPECT_NE(std::string_view(line).find("\"knob\":\"downlink\""), std::string_view::npos) << line;
+  EXPECT_NE(std::string_view(line).find(",\"q_down_ms\":"), std::string_view::npos) << line;
+  // The flow ends: out of the gauge.
+  e.expire(1000 * kSecond);  // past idle_timeout
+  EXPECT_EQ(in_any_downlink_state(e), 0u);
+}
+
+TEST(EngineDownlinkRsfc, FlowsWithoutTimestampsAreLeftAloneAndCounted) {
+  Engine e(16, downlink_params(Policy::kRsfc));
+  const DownloadResult r = run_download(e, {.duration = 4 * kSecond, .timestamps = false});
+  ASSERT_GT(r.acks.size(), 200u);
+  for (const DownloadAck& a : r.acks) EXPECT_FALSE(a.modified);
+  EXPECT_EQ(e.counters().downlink_windows_applied.get(), 0u);
+  EXPECT_EQ(e.counters().downlink_flows_no_timestamps.get(), 1u) << "once per flow";
+  EXPECT_EQ(
+      e.counters().downlink_flows_in_state[static_cast<size_t>(DownlinkState::kNoTimestamps)].get(),
+      1u);
+}
+
+// drwa -> rsfc -> off on a live download: the kind change starts a fresh queue regulator (in
+// the gauge, its windows counted as its own), off leaves the windows alone and the gauge
+// empty. The fresh regulator never saw the handshake: in this script it stays in STARTUP
+// (its startup clamp) for the rest of the run, and logs no step.
+TEST(EngineDownlinkRsfc, ReloadDrwaToRsfcToOff) {
+  Engine e(16, downlink_params(Policy::kDrwa));
+  const Nanos to_rsfc = 4 * kSecond, to_off = 8 * kSecond;
+  uint64_t drwa_applied = 0;
+  const DownloadResult r = run_download(
+      e, {.duration = 10 * kSecond,
+          .hooks = {{to_rsfc,
+                     [&](Engine& eng) {
+                       EXPECT_EQ(in_any_downlink_state(eng), 0u) << "DRWA is not in it";
+                       drwa_applied = eng.counters().drwa_windows_applied.get();
+                       eng.set_params(downlink_params(Policy::kRsfc));
+                     }},
+                    {to_off, [](Engine& eng) {
+                       EXPECT_EQ(in_any_downlink_state(eng), 1u);
+                       EXPECT_GT(eng.counters().downlink_windows_applied.get(), 0u);
+                       eng.set_params(downlink_params(Policy::kOff));
+                       EXPECT_EQ(in_any_downlink_state(eng), 0u) << "off runs no regulator";
+                     }}}});
+  expect_edge_kept(r);
+  EXPECT_GT(drwa_applied, 0u);
+  EXPECT_EQ(e.counters().drwa_windows_applied.get(), drwa_applied) << "DRWA ran on after rsfc";
+  size_t drwa = 0;
+  for (const DecisionRecord& d : r.records) {
+    EXPECT_STREQ(d.knob, "downlink");
+    const Nanos since = d.time - kSecond;
+    if (std::string_view(d.state) == "drwa") {
+      EXPECT_LT(since, to_rsfc);
+      EXPECT_FALSE(d.has_q_down);
+      ++drwa;
+    } else {
+      EXPECT_GE(since, to_rsfc);
+      EXPECT_LT(since, to_off);
+      EXPECT_TRUE(d.has_q_down);
+    }
+  }
+  EXPECT_GT(drwa, 0u);
+  for (const DownloadAck& a : r.acks) {
+    if (a.at - kSecond >= to_off) {
+      EXPECT_FALSE(a.modified) << "off touches nothing";
+    }
+  }
+  EXPECT_EQ(in_any_downlink_state(e), 0u);
+}
+
+}  // namespace
+}  // namespace rsfc

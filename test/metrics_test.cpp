@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "rsfc/core/downlink_regulator.h"
+
 namespace rsfc {
 namespace {
 
@@ -109,6 +111,9 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
   core3.rsfc_path_rebaselines.add(2);
   core3.handshake_ignored[static_cast<size_t>(HandshakeKind::kSynAck)].add(7);
   core7.flows_subscriber_cap[static_cast<size_t>(CapAction::kUntracked)].add(2);
+  core3.downlink_flows_in_state[static_cast<size_t>(DownlinkState::kDrain)].set(4);
+  core3.downlink_windows_applied.add(21);
+  core7.downlink_flows_no_timestamps.add(3);
   const std::string t = render();
 
   const std::string not_tcp = to_string(ParseError::kNotTcp);
@@ -137,6 +142,13 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
            "# TYPE rsfcd_handshake_ignored_total counter",
            "rsfcd_flows_subscriber_cap_total{queue=\"7\",action=\"untracked\"} 2",
            "rsfcd_flows_subscriber_cap_total{queue=\"7\",action=\"evicted_own\"} 0",
+           "rsfcd_downlink_flows{queue=\"3\",state=\"drain\"} 4",
+           "rsfcd_downlink_flows{queue=\"3\",state=\"no_timestamps\"} 0",
+           "rsfcd_downlink_flows{queue=\"7\",state=\"startup\"} 0",
+           "# TYPE rsfcd_downlink_flows gauge",
+           "rsfcd_downlink_windows_applied_total{queue=\"3\"} 21",
+           "# TYPE rsfcd_downlink_windows_applied_total counter",
+           "rsfcd_downlink_flows_no_timestamps_total{queue=\"7\"} 3",
            "# TYPE rsfcd_packets_total counter",
            "# TYPE rsfcd_flows_active gauge",
            "# TYPE rsfcd_packet_processing_seconds histogram",
