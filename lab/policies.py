@@ -12,6 +12,10 @@ knob is off unless the policy says otherwise). Used by lab/scenarios.py and lab/
     rsfc+drwa[key=value;...]  with drwa.* overrides; keys "rsfc.KEY" override rsfc.*
     off+drwa                  DRWA on the downlink knob alone (the uplink knob off)
     off+drwa[key=value;...]   with drwa.* overrides
+    rsfc+rsfc                 rsfc on both knobs (the downlink one: the downlink queue
+                              regulator, on the same rsfc.* keys)
+    off+rsfc                  rsfc on the downlink knob alone (the uplink knob off)
+    rsfc+rsfc[...], off+rsfc[...]  with rsfc.* overrides (both knobs read them)
     shipped                   the regulation keys of conf/rsfcd.yaml as it is in the tree
                               (both knobs, min_window_bytes, rsfc, drwa, ...; not the keys of
                               the machine it runs on: queues, subscriber_networks, flows,
@@ -34,7 +38,7 @@ import topo as topo_mod
 
 POLICY_FORMS = ("none, off, observe, static:BYTES, static2:BYTES, rsfc, rsfc[key=value;...], "
                 "rsfc+drwa, rsfc+drwa[key=value;...], off+drwa, off+drwa[key=value;...], "
-                "shipped")
+                "rsfc+rsfc, rsfc+rsfc[key=value;...], off+rsfc, off+rsfc[key=value;...], shipped")
 SHIPPED_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "rsfcd.yaml"
 # Keys of conf/rsfcd.yaml that describe the machine rsfcd runs on rather than how it
 # regulates: the lab sets its own (topo.DEFAULT_CONFIG, the decision log per test).
@@ -94,6 +98,12 @@ def policy_config(policy: str) -> dict | None:
         drwa = parse_overrides(policy[9:-1]) if policy.endswith("]") else {}
         return {"uplink": {"policy": "off"}, "downlink": {"policy": "drwa"}} | (
             {"drwa": drwa} if drwa else {})
+    for up in ("rsfc", "off"):  # the downlink knob rsfc: rsfc+rsfc, off+rsfc
+        form = up + "+rsfc"
+        if policy == form or (policy.startswith(form + "[") and policy.endswith("]")):
+            rsfc = parse_overrides(policy[len(form) + 1:-1]) if policy.endswith("]") else {}
+            return {"uplink": {"policy": up}, "downlink": {"policy": "rsfc"}} | (
+                {"rsfc": rsfc} if rsfc else {})
     if policy in ("off", "observe", "rsfc"):
         return {"uplink": {"policy": policy}, "downlink": down}
     if policy == "rsfc+drwa":  # both knobs: RSFC on the uplink, DRWA on the downlink
@@ -160,9 +170,11 @@ def check_policy(policy: str) -> None:
 
 def wants_decision_log(policy: str) -> bool:
     """The policies whose controller decisions rsfcd can log: the uplink knob observe or
-    rsfc (`observe`, the rsfc ones, `shipped` when conf/rsfcd.yaml runs rsfc)."""
+    rsfc (`observe`, the rsfc ones, `shipped` when conf/rsfcd.yaml runs rsfc), or the
+    downlink knob rsfc (`off+rsfc`; its records have "knob": "downlink")."""
     cfg = policy_config(policy)
-    return cfg is not None and (cfg.get("uplink") or {}).get("policy") in ("observe", "rsfc")
+    return cfg is not None and ((cfg.get("uplink") or {}).get("policy") in ("observe", "rsfc") or
+                                (cfg.get("downlink") or {}).get("policy") == "rsfc")
 
 
 def with_decision_log(cfg: dict, path: Path) -> dict:

@@ -42,6 +42,11 @@ CASES = [
     ("rsfc+drwa[rsfc.tuning.probe_below=0.3;lambda=2]",
      {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "drwa"},
       "drwa": {"lambda": 2}, "rsfc": {"tuning": {"probe_below": 0.3}}}),
+    ("rsfc+rsfc", {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "rsfc"}}),
+    ("off+rsfc", {"uplink": {"policy": "off"}, "downlink": {"policy": "rsfc"}}),
+    ("off+rsfc[threshold_ms=30;tuning.probe_below=0.3]",
+     {"uplink": {"policy": "off"}, "downlink": {"policy": "rsfc"},
+      "rsfc": {"threshold_ms": 30, "tuning": {"probe_below": 0.3}}}),
 ]
 
 
@@ -96,6 +101,14 @@ def test_decision_log_is_a_top_level_key(tmp_path):
     assert "decision_log" not in Bench("cfg", LINKS["3g"], "static:65536",
                                        workdir=tmp_path).daemon_config()
     assert Bench("cfg", LINKS["3g"], "none", workdir=tmp_path).daemon_config() is None
+
+
+def test_downlink_rsfc_policies_log_their_decisions():
+    """The downlink knob rsfc logs its decisions too ("knob": "downlink")."""
+    from policies import wants_decision_log
+
+    assert wants_decision_log("off+rsfc") and wants_decision_log("rsfc+rsfc")
+    assert not wants_decision_log("off+drwa") and not wants_decision_log("static:65536")
 
 
 def test_decision_log_config_is_accepted_by_the_daemon(prerequisites, tmp_path):
