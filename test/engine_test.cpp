@@ -736,6 +736,22 @@ EngineParams rsfc_params(Policy uplink = Policy::kRsfc) {
   return p;
 }
 
+// Runs one packet through the engine (timestamps on or off) and checks what leaves it: it
+// parses, its window was not raised, its checksum is right.
+std::pair<PacketResult, PacketView> process_checked(Engine& e, TcpSpec s, Nanos at,
+                                                    bool timestamps) {
+  s.timestamps = timestamps;
+  std::vector<uint8_t> b = testpkt::build(s);
+  PacketView in;
+  EXPECT_EQ(parse_packet(b, in), ParseError::kNone);
+  const PacketResult r = e.process(b, at);
+  PacketView out;
+  EXPECT_EQ(parse_packet(b, out), ParseError::kNone);
+  EXPECT_LE(out.window, in.window) << "window raised";
+  EXPECT_EQ(tcp_checksum(b, out), out.checksum);
+  return {r, out};
+}
+
 // A phone uploading open-loop at 2 Mbit/s into a buffer that fills (its queueing delay
 // rises 100 ms per second up to 1.5 s, then stays: a full drop-tail buffer), seen at the
 // gateway: the phone's segments carry TSval = its 1 ms clock and echo the TSval of the last
@@ -747,18 +763,7 @@ OpenLoopResult run_open_loop_upload(Engine& e, const OpenLoop& o) {
   e.set_decision_sink(&sink);
   const std::string phone = "198.18.0.2", server = "198.19.0.2";
   const uint8_t scale = 7;
-  auto process = [&](TcpSpec s, Nanos at) {
-    s.timestamps = o.timestamps;
-    std::vector<uint8_t> b = testpkt::build(s);
-    PacketView in;
-    EXPECT_EQ(parse_packet(b, in), ParseError::kNone);
-    const PacketResult r = e.process(b, at);
-    PacketView out;
-    EXPECT_EQ(parse_packet(b, out), ParseError::kNone);
-    EXPECT_LE(out.window, in.window) << "window raised";
-    EXPECT_EQ(tcp_checksum(b, out), out.checksum);
-    return std::pair{r, out};
-  };
+  auto process = [&](TcpSpec s, Nanos at) { return process_checked(e, s, at, o.timestamps); };
   const Nanos t0 = o.start;
   process({.src = phone,
            .dst = server,
@@ -1337,18 +1342,7 @@ DownloadResult run_download(Engine& e, const Download& o) {
   e.set_decision_sink(&sink);
   const std::string phone = "198.18.0.2", server = "198.19.0.2";
   const uint8_t scale = 7;
-  auto process = [&](TcpSpec s, Nanos at) {
-    s.timestamps = o.timestamps;
-    std::vector<uint8_t> b = testpkt::build(s);
-    PacketView in;
-    EXPECT_EQ(parse_packet(b, in), ParseError::kNone);
-    const PacketResult r = e.process(b, at);
-    PacketView out;
-    EXPECT_EQ(parse_packet(b, out), ParseError::kNone);
-    EXPECT_LE(out.window, in.window) << "window raised";
-    EXPECT_EQ(tcp_checksum(b, out), out.checksum);
-    return std::pair{r, out};
-  };
+  auto process = [&](TcpSpec s, Nanos at) { return process_checked(e, s, at, o.timestamps); };
   const Nanos t0 = kSecond;
   process({.src = phone,
            .dst = server,
