@@ -90,6 +90,9 @@ class Link {
   // the exact integral of the rate from its start: packets queued before a drop are sent at
   // the new rate once it applies.
   std::vector<RateStep> rate_steps;
+  // Optional, replaces the rate: when a packet of `bytes` whose transmission may start at
+  // `start` has left (called in FIFO order; test/sim_trace_link.h).
+  std::function<Nanos(Nanos start, uint32_t bytes)> service;
 
   // False when the buffer refused the packet.
   bool send(const Packet& p) {
@@ -110,7 +113,7 @@ class Link {
     for (const Outage& o : outages) {
       if (start >= o.start && start < o.end) start = o.end;
     }
-    tail_ = transmission_end(start, p.size() * 8.0);
+    tail_ = service ? service(start, p.size()) : transmission_end(start, p.size() * 8.0);
     queued_ += p.size();
     inq_.push_back({tail_, p.size()});
     ev_.at(tail_ + prop_at(tail_), [this, p] { deliver(p); });
@@ -511,6 +514,9 @@ struct Scenario {
   std::vector<Link::RateStep> up_rate_steps;  // uplink capacity changes (up_bps until the first)
   std::string trace_path;                     // optional CSV of the first upload's controller
   bool subscriber_state = true;               // the flows' regulators share SubscriberUplink
+  // Optional: shapes the phone's links (uplink, downlink) before the run, e.g. trace-driven
+  // service (test/sim_trace_link.h).
+  std::function<void(Link& up, Link& down)> shape_links;
 };
 
 // One sample of the measurement period (every 10 ms from the warmup on).
@@ -561,6 +567,7 @@ class Simulation {
     up_.prop_steps = sc.p1_steps;
     up_.rate_steps = sc.up_rate_steps;
     down_.prop_steps = sc.p1_steps;
+    if (sc.shape_links) sc.shape_links(up_, down_);
     up_.deliver = [this](const Packet& p) { gw_from_phone(p); };
     to_srv_.deliver = [this](const Packet& p) { server_receive(p); };
     from_srv_.deliver = [this](const Packet& p) { gw_from_server(p); };
