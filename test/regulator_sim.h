@@ -93,6 +93,9 @@ class Link {
   // the exact integral of the rate from its start: packets queued before a drop are sent at
   // the new rate once it applies.
   std::vector<RateStep> rate_steps;
+  // Optional, replaces the rate: when a packet of `bytes` whose transmission may start at
+  // `start` has left (called in FIFO order; test/sim_trace_link.h).
+  std::function<Nanos(Nanos start, uint32_t bytes)> service;
 
   // False when the buffer refused the packet.
   bool send(const Packet& p) {
@@ -113,7 +116,7 @@ class Link {
     for (const Outage& o : outages) {
       if (start >= o.start && start < o.end) start = o.end;
     }
-    tail_ = transmission_end(start, p.size() * 8.0);
+    tail_ = service ? service(start, p.size()) : transmission_end(start, p.size() * 8.0);
     queued_ += p.size();
     inq_.push_back({tail_, p.size()});
     ev_.at(tail_ + prop_at(tail_), [this, p] { deliver(p); });
@@ -521,6 +524,9 @@ struct Scenario {
   std::vector<Link::RateStep> down_rate_steps;  // downlink capacity changes (down_bps until)
   Nanos download_start = 0;                     // the downloads start this much later
   uint32_t seed = 0;  // != 0: other TS clock offsets (phone and server): another phase
+  // Optional: shapes the phone's links (uplink, downlink) before the run, e.g. trace-driven
+  // service (test/sim_trace_link.h).
+  std::function<void(Link& up, Link& down)> shape_links;
 };
 
 // The links of the SimLinks tests: 3G-like (the defaults: 2 Mbit/s / 1 MB up, 7.2 Mbit/s /
@@ -592,6 +598,7 @@ class Simulation {
     down_.prop_steps = sc.p1_steps;
     down_.outages = sc.down_outages;
     down_.rate_steps = sc.down_rate_steps;
+    if (sc.shape_links) sc.shape_links(up_, down_);
     up_.deliver = [this](const Packet& p) { gw_from_phone(p); };
     to_srv_.deliver = [this](const Packet& p) { server_receive(p); };
     from_srv_.deliver = [this](const Packet& p) { gw_from_server(p); };

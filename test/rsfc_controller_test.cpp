@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "regulator_sim.h"
+#include "sim_trace_link.h"
 
 namespace rsfc {
 namespace {
@@ -1030,6 +1033,203 @@ TEST(SimRsfc, CapacityRiseIsProbedWithinSeconds) {
       EXPECT_LT(after.q_p95_ms, 100) << label;
       EXPECT_EQ(r.up_drops, 0u) << label;
     }
+  }
+}
+
+// --- Variable links --------------------------------------------------------------------------
+
+// The trace-driven service (test/sim_trace_link.h) plays a schedule as rsfc-linkem does: each
+// opportunity lets 1500 bytes leave, a packet may use several, and what nothing queued at an
+// opportunity's time could use is lost.
+TEST(SimLink, TraceServiceFollowsTheOpportunities) {
+  auto trace = std::make_shared<sim::CapacityTrace>();
+  trace->offsets = {ms(1), ms(1), ms(5), ms(10)};
+  trace->period = ms(10);
+  sim::EventQueue ev;
+  sim::Link link(ev, 1e6, 1'000'000, 0);
+  link.service = sim::TraceService(trace, 0);
+  std::vector<Nanos> delivered;
+  link.deliver = [&](const sim::Packet&) { delivered.push_back(ev.now()); };
+  sim::Packet full, part;
+  full.seg.payload_len = 1448;  // 1500 bytes
+  part.seg.payload_len = 648;   // 700 bytes
+  ev.at(0, [&] {
+    for (const sim::Packet* p : {&full, &full, &part, &part}) link.send(*p);
+  });
+  ev.at(ms(6), [&] { link.send(full); });   // the 100 bytes left at 5 ms are gone
+  ev.at(ms(12), [&] { link.send(full); });  // 11 ms has passed: the next one is at 15 ms
+  ev.run_until(kSecond);
+  const std::vector<Nanos> expected = {ms(1), ms(1), ms(5), ms(5), ms(10), ms(15)};
+  EXPECT_EQ(delivered, expected);
+  // Opportunities at 1, 1, 5 and 10 ms, then at 11, 11, 15, 20 ms: six in [0, 12 ms).
+  EXPECT_EQ(trace->opportunities(0, ms(12)), 6u);
+  const sim::CapacityTrace flat = sim::schedule_of({{0, 2e6}, {ms(500), 0}}, kSecond, "flat");
+  EXPECT_NEAR(flat.payload_bps(0, kSecond), 1e6 * 1448 / 1500, 1e4);  // half a second of 2 Mbit/s
+}
+
+// Variable links, download and upload together as in lab/experiments.py trace: the three
+// capacity traces of lab/traces at five start offsets each (1 MB up / 512 KB down drop-tail,
+// 50 ms base RTT, 35 s, the first 10 s not measured), the 3G link with radio outages of
+// 0.2-3 s in both directions, and the uplink's capacity swinging 4x every 1-6 s on 3G and LTE.
+// Shares are of what the link offered in the measured window (payload of 1448 per 1500-byte
+// opportunity); "dl alone" is the download without the upload, unregulated.
+struct VarCase {
+  std::string group;
+  sim::Scenario sc;
+  std::shared_ptr<const sim::CapacityTrace> up, down;
+  Nanos start = 0;  // into the schedules
+};
+
+std::shared_ptr<const sim::CapacityTrace> lab_trace(const std::string& file) {
+  auto t = std::make_shared<sim::CapacityTrace>(
+      sim::CapacityTrace::load(std::string(RSFC_SOURCE_DIR) + "/lab/traces/" + file));
+  EXPECT_TRUE(t->valid()) << file;
+  return t;
+}
+
+std::vector<VarCase> trace_cases(const std::string& name, std::initializer_list<int> offsets_s) {
+  std::vector<VarCase> out;
+  const auto up = lab_trace(name + ".up");
+  const auto down = lab_trace(name + ".down");
+  if (!up->valid() || !down->valid()) return out;
+  for (int o : offsets_s) {
+    VarCase c{name, three_g(), up, down, o * kSecond};
+    c.sc.up_buffer = 1'000'000;
+    c.sc.down_buffer = 512'000;
+    c.sc.p1 = ms(20);
+    c.sc.p2 = ms(5);
+    c.sc.duration = 35 * kSecond;
+    c.sc.warmup = 10 * kSecond;
+    c.sc.shape_links = sim::trace_links(up, down, c.start);
+    out.push_back(c);
+  }
+  return out;
+}
+
+// 3G with outages in both directions: connected for 2-8 s, then out for 0.2, 0.5, 1, 2 or 3 s.
+VarCase outage_case(uint32_t seed) {
+  std::mt19937 rng(seed);
+  const Nanos period = 40 * kSecond;
+  const Nanos lengths[] = {ms(200), ms(500), ms(1000), ms(2000), ms(3000)};
+  std::vector<sim::RateSpan> up, down;
+  for (Nanos t = 0; t < period;) {
+    up.push_back({t, 2e6});
+    down.push_back({t, 7.2e6});
+    t += ms(2000) + static_cast<Nanos>(rng() % 6000) * kMilli;
+    if (t >= period) break;
+    up.push_back({t, 0});
+    down.push_back({t, 0});
+    t += lengths[rng() % 5];
+  }
+  VarCase c{"3g outages", three_g(),
+            std::make_shared<sim::CapacityTrace>(sim::schedule_of(up, period, "up")),
+            std::make_shared<sim::CapacityTrace>(sim::schedule_of(down, period, "down"))};
+  c.sc.shape_links = sim::trace_links(c.up, c.down, 0);
+  return c;
+}
+
+// The uplink alternating between `high` and high / 4 every 1-6 s; the downlink constant.
+VarCase swing_case(const char* group, Scenario link, double high, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<sim::RateSpan> up;
+  bool is_high = seed % 2 == 1;
+  for (Nanos t = 0; t < link.duration; t += ms(1000) + static_cast<Nanos>(rng() % 5000) * kMilli) {
+    up.push_back({t, is_high ? high : high / 4});
+    is_high = !is_high;
+  }
+  VarCase c{group, link,
+            std::make_shared<sim::CapacityTrace>(sim::schedule_of(up, link.duration, "up")),
+            std::make_shared<sim::CapacityTrace>(
+                sim::schedule_of({{0, link.down_bps}}, link.duration, "down"))};
+  c.sc.shape_links = sim::trace_links(c.up, nullptr, 0);
+  return c;
+}
+
+struct VarPolicy {
+  std::string name;
+  Policy uplink;
+  uint32_t static_window = 0;
+  int uploads = 1;  // 0: the download alone
+};
+std::vector<VarPolicy> var_policies() {
+  return {{"dl alone", Policy::kOff, 0, 0},    {"off", Policy::kOff},
+          {"32 KB", Policy::kStatic, 32768},   {"64 KB", Policy::kStatic, 65536},
+          {"128 KB", Policy::kStatic, 131072}, {"rsfc", Policy::kRsfc}};
+}
+
+struct VarCell {
+  double up_pct = 0, down_pct = 0, p50_ms = 0, p95_ms = 0;
+};
+VarCell run_var(const VarCase& c, const VarPolicy& p) {
+  Scenario s = c.sc;
+  s.uplink = p.uplink;
+  s.static_window = p.static_window;
+  s.uploads = p.uploads;
+  const Result r = sim::simulate(s);
+  const Nanos a = s.warmup + c.start, b = s.duration + c.start;
+  const double down_cap = c.down ? c.down->payload_bps(a, b) : goodput(s.down_bps);
+  return {100 * r.upload_bps / c.up->payload_bps(a, b), 100 * r.download_bps / down_cap,
+          r.ping_p50_ms, r.ping_p95_ms};
+}
+
+// Median and range of one metric over a group's runs.
+struct Spread {
+  double median = 0, lo = 0, hi = 0;
+};
+Spread spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  if (n == 0) return {};
+  return {n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
+}
+struct VarRow {
+  Spread up, down, p50, p95;
+};
+// Runs every policy on every case of a group; prints and returns one row per policy.
+std::map<std::string, VarRow> run_group(const std::vector<VarCase>& cases) {
+  std::map<std::string, VarRow> rows;
+  if (cases.empty()) return rows;
+  std::printf("  %s, %zu runs: median [min-max]\n", cases[0].group.c_str(), cases.size());
+  for (const VarPolicy& p : var_policies()) {
+    std::vector<double> up, down, p50, p95;
+    for (const VarCase& c : cases) {
+      const VarCell x = run_var(c, p);
+      up.push_back(x.up_pct);
+      down.push_back(x.down_pct);
+      p50.push_back(x.p50_ms);
+      p95.push_back(x.p95_ms);
+    }
+    const VarRow row{spread(up), spread(down), spread(p50), spread(p95)};
+    std::printf(
+        "    %-8s up %5.1f %% [%5.1f-%5.1f]  down %5.1f %% [%5.1f-%5.1f]  ping p50 %5.0f  "
+        "p95 %5.0f [%5.0f-%5.0f] ms\n",
+        p.name.c_str(), row.up.median, row.up.lo, row.up.hi, row.down.median, row.down.lo,
+        row.down.hi, row.p50.median, row.p95.median, row.p95.lo, row.p95.hi);
+    rows[p.name] = row;
+  }
+  return rows;
+}
+
+TEST(SimVarlink, CapacityTraces) {
+  for (const char* name : {"Verizon-LTE-short", "TMobile-UMTS-driving", "Verizon-EVDO-driving"}) {
+    const bool lte = std::string(name).find("LTE") != std::string::npos;
+    const auto rows = run_group(lte ? trace_cases(name, {0, 25, 50, 75, 100})
+                                    : trace_cases(name, {100, 250, 400, 550, 700}));
+    ASSERT_EQ(rows.size(), var_policies().size()) << name;
+    EXPECT_GT(rows.at("off").p95.median, 2000) << name;  // the problem exists
+  }
+}
+
+TEST(SimVarlink, OutagesAndCapacitySwings) {
+  std::vector<VarCase> outages, swings_3g, swings_lte;
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    outages.push_back(outage_case(seed));
+    swings_3g.push_back(swing_case("3g swinging 4x", three_g(), 2e6, seed));
+    swings_lte.push_back(swing_case("lte swinging 4x", lte(), 10e6, seed));
+  }
+  for (const auto* group : {&outages, &swings_3g, &swings_lte}) {
+    const auto rows = run_group(*group);
+    EXPECT_GT(rows.at("off").p95.median, 2000) << (*group)[0].group;  // the problem exists
   }
 }
 
