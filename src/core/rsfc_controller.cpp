@@ -405,9 +405,9 @@ void UplinkRegulator::slow(Nanos now, const Signals& s, const RsfcParams& p) {
     return;
   }
   const double prev = window_;
-  const bool recover = recovering(now);
+  bool restoring = false;
   if (s.below(p.probe_below * s.T()) || within_one_packet(s)) {
-    probe(now, s, p);
+    restoring = probe(now, s, p);
   } else {
     // Hold: the queue is where it should be (a capacity increase drains the buffer and is
     // probed then; growing here made a sawtooth). Without timestamps the reading includes a
@@ -417,7 +417,7 @@ void UplinkRegulator::slow(Nanos now, const Signals& s, const RsfcParams& p) {
     if (!ts_) window_ += static_cast<double>(mss_);
     probe_streak_ = 0;
   }
-  follow_use(s, prev, p, recover);
+  follow_use(s, prev, p, restoring);
 }
 
 // Every d sample contains one packet's transmission at the bottleneck, so a min(d) taken at
@@ -433,7 +433,7 @@ bool UplinkRegulator::within_one_packet(const Signals& s) {
 // like one flow. Each step adds at most probe_step_queue * T of queue should the link turn out
 // to be full; the allowance doubles with every further step that still finds the buffer empty
 // (decisive when far from capacity, careful near it).
-void UplinkRegulator::probe(Nanos now, const Signals& s, const RsfcParams& p) {
+bool UplinkRegulator::probe(Nanos now, const Signals& s, const RsfcParams& p) {
   const double prev = window_;
   const double streak = static_cast<double>(1u << std::min(probe_streak_, p.probe_doublings));
   const double step_cap = s.rate * p.probe_step_queue * seconds(s.threshold) * streak;
@@ -442,24 +442,30 @@ void UplinkRegulator::probe(Nanos now, const Signals& s, const RsfcParams& p) {
   // ACKs queue behind a download), the window must follow it at once, not by probe steps:
   // what the fast state would leave.
   window_ = std::max(window_, bdp_plus_queue(s.rtt_now, s, p));
-  // The link fell and the buffer reads empty again: the link is back (or partly): double
-  // toward the window it carried before, each step checking the buffer. Not on the
-  // one-packet allowance alone: on a link still slower, min(d) taken while it was faster
-  // makes an empty buffer read about one packet's time (the difference) above it.
-  if (recovering(now) && s.below(p.probe_below * s.T())) {
+  // The link fell, and the buffer reads as empty as it did at the rate the link had then:
+  // the link is back. Double toward the window it carried, each step checking the buffer.
+  // (On a link still slower, every d holds the longer transmission of a packet, and an empty
+  // buffer reads about the difference above a min(d) taken before the fall.)
+  // (A risen min(d), aged out or re-based since the fall, no longer tells the rates apart.)
+  const bool restoring =
+      recovering(now) && delay_.min_rises() == fall_rises_ && s.below(fall_empty_);
+  if (restoring) {
     window_ = std::max(window_, std::min(2.0 * prev, fall_window_));
+    recovery_tried_ = true;
   }
   if (window_ >= fall_window_) fall_window_ = 0;
   ++probe_streak_;
+  return restoring;
 }
 
 // Never grow a window the phone does not use; shrink it only when clearly unused (the
 // in-flight estimate is rough: rate and round trip both fluctuate). A window being restored
 // after the link fell is exempt: the phone used it before, and rho still has the fall in it.
-void UplinkRegulator::follow_use(const Signals& s, double prev, const RsfcParams& p, bool recover) {
+void UplinkRegulator::follow_use(const Signals& s, double prev, const RsfcParams& p,
+                                 bool restoring) {
   if (!s.sending) {
     window_ = prev;  // no data: no evidence either way
-  } else if (!recover) {
+  } else if (!restoring) {
     const double cap = (1.0 + p.growth_per_rtt) * s.in_flight + 2.0 * static_cast<double>(mss_);
     if (window_ > cap) window_ = std::max(cap, prev);
     if (cap < p.unused_fraction * prev) window_ = std::max(cap, prev * (1.0 - p.unused_decay));
@@ -486,8 +492,9 @@ void UplinkRegulator::fast(Nanos now, const Signals& s, const RsfcParams& p) {
 }
 
 void UplinkRegulator::enter_fast(Nanos now, const Signals& s, const RsfcParams& p) {
-  // A queue of the flow's own while recovering: the link did not come back that far.
-  if (!s.link_fell) fall_window_ = 0;
+  // A queue of the flow's own after a recovery step: the link did not come back that far.
+  if (recovery_tried_ && !s.link_fell) fall_window_ = 0;
+  recovery_tried_ = false;
   state_ = RsfcState::kFast;
   probe_streak_ = 0;
   fast_steps_in_force_ = 0;
@@ -498,8 +505,12 @@ void UplinkRegulator::enter_fast(Nanos now, const Signals& s, const RsfcParams& 
 // window it had is remembered for the recovery (probe()).
 void UplinkRegulator::size_fast(Nanos now, const Signals& s, const RsfcParams& p) {
   if (s.link_fell && !recovering(now)) {
+    recovery_tried_ = false;
     fall_window_ = window_;
     fall_at_ = now;
+    fall_rises_ = delay_.min_rises();
+    fall_empty_ = std::max({s.packet_time, static_cast<double>(UplinkDelayEstimator::kConfirmFloor),
+                            delay_.tick().ns_per_tick()});
   }
   const double target = std::max(
       fast_rate(s) * (seconds(*s.rtt) + p.fast_target * seconds(s.threshold)), min_window());

@@ -242,11 +242,11 @@ class UplinkRegulator {
 
   // SLOW.
   static bool within_one_packet(const Signals& s);
-  void probe(Nanos now, const Signals& s, const RsfcParams& p);
+  bool probe(Nanos now, const Signals& s, const RsfcParams& p);  // true: restoring (9)
   bool recovering(Nanos now) const {
     return fall_window_ > window_ && now - fall_at_ < kRecoverFor;
   }
-  void follow_use(const Signals& s, double prev, const RsfcParams& p, bool recover);
+  void follow_use(const Signals& s, double prev, const RsfcParams& p, bool restoring);
   // FAST.
   void enter_fast(Nanos now, const Signals& s, const RsfcParams& p);
   void size_fast(Nanos now, const Signals& s, const RsfcParams& p);
@@ -324,6 +324,9 @@ class UplinkRegulator {
   uint32_t probe_streak_ = 0;         // SLOW: probe steps in a row that found the buffer empty
   double fall_window_ = 0;            // W when the link last fell (recovering())
   Nanos fall_at_ = 0;
+  double fall_empty_ = 0;        // ns: t_buff of an empty buffer at the rate the link had then
+  uint32_t fall_rises_ = 0;      // delay_.min_rises() then
+  bool recovery_tried_ = false;  // a probe step doubled toward fall_window_
   // The right edges advertised and the server's ACKs (cut_in_force()).
   bool edge_known_ = false;
   bool ack_known_ = false;
