@@ -608,8 +608,9 @@ void UplinkRegulator::enter_monitor(Nanos now, const Signals& s, const RsfcParam
   drain_.rate_before = s.rate;
   // Until a drain has confirmed min(d), the round trip itself may contain a queue taken for
   // the baseline (a flow that started behind its siblings' queue: its minimum, its round
-  // trip and so a rate x RTT drain are all inflated by it): drain to the floor, once.
-  const double drain = (ts_ && !drain_confirmed_)
+  // trip and so a rate x RTT drain are all inflated by it): drain to the floor, once. Not on a
+  // long round trip: there each step of the floor window lasts a round trip of seconds.
+  const double drain = (ts_ && !drain_confirmed_ && !s.long_round_trip)
                            ? min_window()
                            : std::max(p.drain_fraction * s.rate * seconds(s.rtt_now), min_window());
   drain_.window_before = window_;
