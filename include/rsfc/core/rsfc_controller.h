@@ -56,8 +56,11 @@
 //   (8) FAST, link_fell      W = delivery * rho * (rtt + fast_target * T) at once, the window
 //                            it had remembered (fall_window_); after an outage W is sized on
 //                            no less than rho (the silence is no rate)
-//   (9) SLOW, recovering     within kRecoverFor of a fall, t_buff < probe_below * T: W doubles
-//                            toward the remembered window, one step at a time
+//   (9) SLOW, recovering     within kRecoverFor of a fall, the buffer reads as empty as it did
+//                            at the link's rate before the fall (a slower link adds its
+//                            longer transmission to every d): W doubles toward the remembered
+//                            window, one step at a time; a step that ends in a queue of the
+//                            flow's own ends the recovery
 //
 // STARTUP  a clamp shaped like slow start, max(initial_window_bytes, startup_growth * in-flight):
 //          it never holds a sender in slow start back, but keeps the right edge (which cannot
@@ -69,11 +72,14 @@
 //          Otherwise hold. W never grows far past the phone's in-flight.
 // FAST     W = rho * (rtt + fast_target * T): one bandwidth-delay product plus a small queue;
 //          only lowers W. rho is the link's rate now when it fell.
-// MONITOR  a drain, W = drain_fraction * rho * rtt_now: a measurement, not a decision. A
-//          standing queue slowly becomes part of min(d) (t_buff then reads low); all flows of
-//          a phone drain together at min_refresh boundaries (one phase per subscriber) and see
-//          the empty buffer. Afterwards W is back where it was before the drain (unless the
-//          drain found a lower min(d): W was sized on a queue).
+// MONITOR  a drain, W = drain_fraction * rho * rtt_now (the floor for a flow's first drain,
+//          except on a long round trip): a measurement, not a decision. A standing queue
+//          slowly becomes part of min(d) (t_buff then reads low); all flows of a phone drain
+//          together at min_refresh boundaries (one phase per subscriber) and see the empty
+//          buffer. Afterwards W is back where it was before the drain (unless the drain found
+//          a lower min(d): W was sized on a queue).
+// Without timestamps, or without the subscriber's entry (per_subscriber off), the flow cannot
+// tell the link's silence from its own or a sibling's: no outage, delivery or link_fell.
 //
 // Driven by the engine, per flow whose uplink policy is rsfc (SYN and SYN-ACK included):
 //   every segment from the phone:  on_uplink_segment(now, seg, params)
