@@ -1068,11 +1068,14 @@ TEST(SimLink, TraceServiceFollowsTheOpportunities) {
 }
 
 // Variable links, download and upload together as in lab/experiments.py trace: the three
-// capacity traces of lab/traces at five start offsets each (1 MB up / 512 KB down drop-tail,
-// 50 ms base RTT, 35 s, the first 10 s not measured), the 3G link with radio outages of
-// 0.2-3 s in both directions, and the uplink's capacity swinging 4x every 1-6 s on 3G and LTE.
-// Shares are of what the link offered in the measured window (payload of 1448 per 1500-byte
-// opportunity); "dl alone" is the download without the upload, unregulated.
+// capacity traces of lab/traces at kVarRuns start offsets each, spread over the trace (1 MB up
+// / 512 KB down drop-tail, 50 ms base RTT, 35 s, the first 10 s not measured), the 3G link with
+// radio outages of 0.2-3 s in both directions, and the uplink's capacity swinging 4x every 1-6
+// s on 3G and LTE (kVarRuns seeds each). Shares are of what the link offered in the measured
+// window (payload of 1448 per 1500-byte opportunity); "dl alone" is the download without the
+// upload, unregulated. The simulation is deterministic: the runs cover where in a trace, or
+// in a schedule, a flow can find itself, and the medians are over them.
+constexpr int kVarRuns = 9;
 struct VarCase {
   std::string group;
   sim::Scenario sc;
@@ -1087,13 +1090,16 @@ std::shared_ptr<const sim::CapacityTrace> lab_trace(const std::string& file) {
   return t;
 }
 
-std::vector<VarCase> trace_cases(const std::string& name, std::initializer_list<int> offsets_s) {
+std::vector<VarCase> trace_cases(const std::string& name) {
   std::vector<VarCase> out;
   const auto up = lab_trace(name + ".up");
   const auto down = lab_trace(name + ".down");
   if (!up->valid() || !down->valid()) return out;
-  for (int o : offsets_s) {
-    VarCase c{name, three_g(), up, down, o * kSecond};
+  // From 7 s in (LTE's first seconds are an outage), kVarRuns starts up to 35 s before the end.
+  const Nanos span = std::min(up->period, down->period) - 7 * kSecond - 35 * kSecond;
+  for (int i = 0; i < kVarRuns; ++i) {
+    const Nanos start = 7 * kSecond + span / kVarRuns * i / kSecond * kSecond;
+    VarCase c{name, three_g(), up, down, start};
     c.sc.up_buffer = 1'000'000;
     c.sc.down_buffer = 512'000;
     c.sc.p1 = ms(20);
@@ -1183,7 +1189,7 @@ Spread spread(std::vector<double> v) {
   return {n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
 }
 struct VarRow {
-  Spread up, down, p50, p95;
+  Spread up, down, worse, p50, p95;  // worse: min(up, down) of each run
 };
 // Runs every policy on every case of a group; prints and returns one row per policy.
 std::map<std::string, VarRow> run_group(const std::vector<VarCase>& cases) {
@@ -1191,20 +1197,21 @@ std::map<std::string, VarRow> run_group(const std::vector<VarCase>& cases) {
   if (cases.empty()) return rows;
   std::printf("  %s, %zu runs: median [min-max]\n", cases[0].group.c_str(), cases.size());
   for (const VarPolicy& p : var_policies()) {
-    std::vector<double> up, down, p50, p95;
+    std::vector<double> up, down, worse, p50, p95;
     for (const VarCase& c : cases) {
       const VarCell x = run_var(c, p);
       up.push_back(x.up_pct);
       down.push_back(x.down_pct);
+      worse.push_back(std::min(x.up_pct, x.down_pct));
       p50.push_back(x.p50_ms);
       p95.push_back(x.p95_ms);
     }
-    const VarRow row{spread(up), spread(down), spread(p50), spread(p95)};
+    const VarRow row{spread(up), spread(down), spread(worse), spread(p50), spread(p95)};
     std::printf(
-        "    %-8s up %5.1f %% [%5.1f-%5.1f]  down %5.1f %% [%5.1f-%5.1f]  ping p50 %5.0f  "
-        "p95 %5.0f [%5.0f-%5.0f] ms\n",
+        "    %-8s up %5.1f %% [%5.1f-%5.1f]  down %5.1f %% [%5.1f-%5.1f]  min %5.1f %%  ping p50 "
+        "%5.0f  p95 %5.0f [%5.0f-%5.0f] ms\n",
         p.name.c_str(), row.up.median, row.up.lo, row.up.hi, row.down.median, row.down.lo,
-        row.down.hi, row.p50.median, row.p95.median, row.p95.lo, row.p95.hi);
+        row.down.hi, row.worse.median, row.p50.median, row.p95.median, row.p95.lo, row.p95.hi);
     rows[p.name] = row;
   }
   return rows;
@@ -1212,24 +1219,110 @@ std::map<std::string, VarRow> run_group(const std::vector<VarCase>& cases) {
 
 TEST(SimVarlink, CapacityTraces) {
   for (const char* name : {"Verizon-LTE-short", "TMobile-UMTS-driving", "Verizon-EVDO-driving"}) {
-    const bool lte = std::string(name).find("LTE") != std::string::npos;
-    const auto rows = run_group(lte ? trace_cases(name, {0, 25, 50, 75, 100})
-                                    : trace_cases(name, {100, 250, 400, 550, 700}));
+    const auto rows = run_group(trace_cases(name));
     ASSERT_EQ(rows.size(), var_policies().size()) << name;
     EXPECT_GT(rows.at("off").p95.median, 2000) << name;  // the problem exists
+    if (std::string(name).find("LTE") == std::string::npos) continue;
+    // LTE: the worse direction above every static clamp's (simulated: 64 % against 28 % for
+    // 128 KB). On the UMTS and EV-DO traces the 128 KB clamp keeps more of the upload: there a
+    // download's queue of seconds sets the round trip, and growth per round trip is slow.
+    for (const char* clamp : {"32 KB", "64 KB", "128 KB"}) {
+      EXPECT_GT(rows.at("rsfc").worse.median, rows.at(clamp).worse.median) << clamp;
+    }
   }
 }
 
 TEST(SimVarlink, OutagesAndCapacitySwings) {
   std::vector<VarCase> outages, swings_3g, swings_lte;
-  for (uint32_t seed = 1; seed <= 5; ++seed) {
+  for (uint32_t seed = 1; seed <= kVarRuns; ++seed) {
     outages.push_back(outage_case(seed));
     swings_3g.push_back(swing_case("3g swinging 4x", three_g(), 2e6, seed));
     swings_lte.push_back(swing_case("lte swinging 4x", lte(), 10e6, seed));
   }
+  std::map<std::string, std::map<std::string, VarRow>> groups;
   for (const auto* group : {&outages, &swings_3g, &swings_lte}) {
     const auto rows = run_group(*group);
     EXPECT_GT(rows.at("off").p95.median, 2000) << (*group)[0].group;  // the problem exists
+    groups[(*group)[0].group] = rows;
+  }
+  // The worse direction against the best static clamp there (simulated, medians: outages 86
+  // against 90 % for 64 KB; 3G swings 66 against 65 % for 64 KB, at 0.9 s of p95 against
+  // 1.2 s; LTE swings 66 against 49 % for 128 KB).
+  const auto best_static = [](const std::map<std::string, VarRow>& rows) {
+    double best = 0;
+    for (const char* clamp : {"32 KB", "64 KB", "128 KB"}) {
+      best = std::max(best, rows.at(clamp).worse.median);
+    }
+    return best;
+  };
+  EXPECT_GT(groups["3g outages"].at("rsfc").worse.median, 0.9 * best_static(groups["3g outages"]));
+  const auto& swing3g = groups["3g swinging 4x"];
+  EXPECT_GT(swing3g.at("rsfc").worse.median, 0.95 * best_static(swing3g));
+  EXPECT_LT(swing3g.at("rsfc").p95.median, swing3g.at("64 KB").p95.median);
+  EXPECT_GT(groups["lte swinging 4x"].at("rsfc").worse.median,
+            best_static(groups["lte swinging 4x"]));
+}
+
+// 3G with a download, the uplink falling to a quarter (2 -> 0.5 Mbit/s) for 4 s and back, the
+// step at four points of the drain period and two start phases of the upload. The fall: the
+// window follows the link's delivery at once (measure_link(): the queue the window left
+// drains at the new rate, then holds near T), instead of after rho's window (1 s or more, so
+// that the queue builds anew). The return: t_buff reads as empty as before the fall, and W
+// doubles back toward the window it had instead of growing by probe steps.
+// Measured (8 runs): queue from drop + 1.5 s to the return mean 123-172 ms, p95 247-325 ms
+// (the controller before measure_link(): mean 175-566, p95 412-1011 ms); upload over return +
+// 0.3..1.3 s 0.43-1.29 Mbit/s, median 0.93 (before: 0.32-0.67, median 0.43).
+TEST(SimRsfc, CapacityFallIsFollowedAtOnceAndItsReturnRestored) {
+  std::vector<double> back;
+  for (const StepRun& run : step_runs()) {
+    Scenario s = three_g();
+    s.up_rate_steps = {{run.at, 0.5e6}, {run.at + 4 * kSecond, 2e6}};
+    s.upload_start = run.upload_start;
+    s.uplink = Policy::kRsfc;
+    s.warmup = 5 * kSecond;
+    s.duration = run.at + 10 * kSecond;
+    const Result r = sim::simulate(s);
+    const Span low = span(r, run.at + ms(1500), run.at + 4 * kSecond);
+    const Span after = span(r, run.at + ms(4300), run.at + ms(5300));
+    print_span("fall, +1.5..4 s", run, low);
+    print_span("return, +0.3..1.3 s", run, after);
+    EXPECT_LT(low.q_p95_ms, 400) << run.label();
+    EXPECT_GE(r.download_bps, 0.8 * 6.9e6) << run.label();
+    back.push_back(after.upload_bps);
+  }
+  EXPECT_GT(spread(back).median, 0.8e6);  // 40 % of the returned link in its first second
+}
+
+// On the UMTS and EV-DO traces a download's queue makes the round trip seconds long. A drain
+// there used to wait for a sample within 2 ms of min(d), which a link that serves in bursts
+// rarely gives among the few packets a drained window sends, at the floor window and one step
+// per round trip: seconds in MONITOR every period. On a long round trip an empty buffer counts
+// within one packet's time at the link's rate, and the first drain keeps drain_fraction of the
+// bandwidth-delay product. Measured over the measured window (25 s) of the 9 start offsets of
+// SimVarlink: median time in MONITOR 3.4 s on UMTS, 4.1 s on EV-DO (before: 7.1 and 13.0 s).
+TEST(SimRsfc, DrainsOnALongRoundTripDoNotHoldTheWindowForSeconds) {
+  for (const char* name : {"TMobile-UMTS-driving", "Verizon-EVDO-driving"}) {
+    std::vector<double> monitor_s;
+    for (const VarCase& c : trace_cases(name)) {
+      Scenario s = c.sc;
+      s.uplink = Policy::kRsfc;
+      sim::Simulation sim(s);
+      Nanos last = 0, in_monitor = 0;
+      RsfcState state = RsfcState::kStartup;
+      sim.on_step = [&](int, Nanos now, const UplinkRegulator& r) {
+        if (now > s.warmup && state == RsfcState::kMonitor) {
+          in_monitor += now - std::max(last, s.warmup);
+        }
+        last = now;
+        state = r.state();
+      };
+      sim.run();
+      monitor_s.push_back(static_cast<double>(in_monitor) / 1e9);
+    }
+    const Spread m = spread(monitor_s);
+    std::printf("  %s: time in monitor %.1f s median [%.1f-%.1f] of 25 s\n", name, m.median, m.lo,
+                m.hi);
+    EXPECT_LT(m.median, 5.0) << name;
   }
 }
 

@@ -61,6 +61,33 @@ void UplinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const Rs
   const uint32_t fresh = delivered_.on_data(now, s.seq, s.payload_len, iv);
   if (sub_ && fresh > 0) sub_->on_delivered(now, fresh, iv);
   if (!ts_) on_uplink_lag(now, s, p);
+  if (ts_ && s.has_ts && sub_ && fresh > 0) track_arrival(now, fresh);
+}
+
+// The link's service while the flow's data queued, from consecutive data arrivals: an arrival
+// whose segment waited at least the gap since the previous one left the link busy (with the
+// flow's or a sibling's data) for that gap. A gap of kOutage or more in which no sibling
+// delivered either, closed by a segment that waited through it (its t_buff up by at least
+// half the gap on the segment before: a baseline that moved up, a longer path, is no wait),
+// is the link's silence: an outage. Needs the subscriber's entry (its bytes show the
+// siblings'); t_buff is this segment's (on_uplink_timestamps() ran first).
+void UplinkRegulator::track_arrival(Nanos now, uint32_t fresh) {
+  const uint64_t sub_bytes = sub_->total_bytes();
+  const uint64_t bytes = sub_bytes - sub_bytes_at_arrival_;  // this segment's and the siblings'
+  const Nanos gap = now - last_arrival_;
+  const Nanos tb = delay_.last_raw().value_or(0);
+  if (last_arrival_ > 0 && gap > 0) {
+    const bool alone = bytes <= fresh;
+    if (gap >= kOutage && alone && 2 * (tb - last_arrival_tb_) >= gap) {
+      silence_ = std::max(silence_, gap);
+    } else if (tb >= gap) {
+      busy_bytes_ += bytes;
+      busy_time_ += gap;
+    }
+  }
+  last_arrival_ = now;
+  last_arrival_tb_ = tb;
+  sub_bytes_at_arrival_ = sub_bytes;
 }
 
 // With timestamps: t_buff from the TSval, and the phone-side round trip when the segment
@@ -79,6 +106,8 @@ void UplinkRegulator::on_uplink_timestamps(Nanos now, const TcpSegment& s, Nanos
     phone_rtt_now_.reset();
     phone_rtt_avg_.reset();
   }
+  // An empty buffer as a variable link shows it (see refresh_due()).
+  if (tb && static_cast<double>(*tb) <= last_.packet_time) near_empty_at_ = now;
   if (!ph) return;
   last_phone_rtt_ = *ph;
   phone_half_min_.update(now, *ph, horizon(p));
@@ -221,11 +250,18 @@ UplinkRegulator::Signals UplinkRegulator::measure(Nanos now, const RsfcParams& p
   }
   s.interval = control_interval(s, p);
   s.own_rate = delivered_.max(now, s.interval);
+  s.link_rate = std::max(s.own_rate, sub_ ? sub_->rate(now, s.interval) : 0.0);
+  if (s.link_rate > 0) {
+    s.packet_time = static_cast<double>(mss_) / s.link_rate * static_cast<double>(kSecond);
+  }
   s.rate = subscriber_share(now, s, p);
   s.ready = s.t_buff && s.rtt && s.rate > 0 && delivered_.has_sample();
+  if (s.ready) {
+    s.sending = now - last_data_at_ <= s.interval;
+    s.in_flight = s.rate * (seconds(s.rtt_now) + seconds(*s.t_buff));
+  }
+  measure_link(s);
   if (!s.ready) return s;
-  s.sending = now - last_data_at_ <= s.interval;
-  s.in_flight = s.rate * (seconds(s.rtt_now) + seconds(*s.t_buff));
   // Queueing the flow may keep because the round trip is below its recent maximum (a
   // concurrent download's downlink queue breathing): filling those gaps keeps the uplink busy
   // without raising the phone's total round trip above that maximum.
@@ -234,6 +270,7 @@ UplinkRegulator::Signals UplinkRegulator::measure(Nanos now, const RsfcParams& p
   // thresholds then would stop the probing exactly when the window has to follow the round
   // trip up.
   s.slack = static_cast<double>(std::max<Nanos>(0, *s.rtt - s.rtt_now));
+  s.long_round_trip = s.rtt_now > p.max_interval;
   return s;
 }
 
@@ -246,6 +283,30 @@ void UplinkRegulator::measure_timestamps(Nanos now, Signals& s, const RsfcParams
   s.rtt_now = phone_now + s.server_half;
   s.rtt = std::llround(phone_rtt_avg_.has() ? phone_rtt_avg_.get() : phone_rtt_now_.get()) +
           s.server_half;
+}
+
+// The link under the flow since the previous step. A standing queue of the flow's own keeps
+// the link busy: the flow's data arrives at about its rate rho. A link that falls (capacity
+// drop) delivers less while the queue grows; one that stops (outage) delivers nothing, then
+// the backlog at once. The silence is left out of the delivery, so that a link that is back
+// is not sized on the time it was out. Timestamps only: without them a gap in the arrivals
+// cannot be told from a phone that did not send.
+void UplinkRegulator::measure_link(Signals& s) {
+  s.silence = silence_;
+  silence_ = 0;
+  if (!s.ready || !sub_ || !ts_) {
+    busy_time_ = 0;
+    busy_bytes_ = 0;
+    return;
+  }
+  s.outage = s.silence > 0;
+  // A few packets' worth of service to judge the link by (a slow link: over several steps).
+  if (busy_time_ <= 0 || busy_bytes_ < kJudgeSegments * mss_) return;
+  s.delivery = static_cast<double>(busy_bytes_) / seconds(busy_time_) / s.link_rate;
+  busy_time_ = 0;
+  busy_bytes_ = 0;
+  s.link_fell =
+      s.above(s.T()) && s.delivery < kFallFraction && (!last_.t_buff || *s.t_buff > *last_.t_buff);
 }
 
 // Without timestamps: the minimum phone-side round trip (+ server half) and no slack; t_buff
@@ -321,7 +382,7 @@ void UplinkRegulator::startup(Nanos now, const Signals& s, const RsfcParams& p) 
   evidence_since_ = now;
   if (s.above(s.T())) {
     window_ = std::max(s.in_flight, min_window());
-    enter_fast(s, p);
+    enter_fast(now, s, p);
   } else {
     window_ = std::max(s.in_flight * (1.0 + p.growth_per_rtt), min_window());
     state_ = RsfcState::kSlow;
@@ -340,12 +401,13 @@ void UplinkRegulator::slow(Nanos now, const Signals& s, const RsfcParams& p) {
     return;
   }
   if (s.above(s.T())) {
-    enter_fast(s, p);
+    enter_fast(now, s, p);
     return;
   }
   const double prev = window_;
-  if (s.below(p.probe_below * s.T()) || within_one_packet(now, s)) {
-    probe(s, p);
+  bool restoring = false;
+  if (s.below(p.probe_below * s.T()) || within_one_packet(s)) {
+    restoring = probe(now, s, p);
   } else {
     // Hold: the queue is where it should be (a capacity increase drains the buffer and is
     // probed then; growing here made a sawtooth). Without timestamps the reading includes a
@@ -355,26 +417,24 @@ void UplinkRegulator::slow(Nanos now, const Signals& s, const RsfcParams& p) {
     if (!ts_) window_ += static_cast<double>(mss_);
     probe_streak_ = 0;
   }
-  follow_use(s, prev, p);
+  follow_use(s, prev, p, restoring);
 }
 
 // Every d sample contains one packet's transmission at the bottleneck, so a min(d) taken at
 // a higher rate reads low after a capacity drop (2 -> 0.5 Mbit/s: 6 -> 24 ms per 1500-byte
 // packet) until it ages out, and t_buff over-reads by the difference. A reading within one
 // packet's time at the link's current rate (the subscriber's, which its flows share) still
-// counts as an empty buffer: less than one packet is no standing queue. Asked only when
-// probe_below * T alone says "not empty", so the subscriber's shared entry is read only then.
-bool UplinkRegulator::within_one_packet(Nanos now, const Signals& s) const {
-  const double link_rate = std::max(s.own_rate, sub_ ? sub_->rate(now, s.interval) : 0.0);
-  return link_rate > 0 &&
-         s.below(static_cast<double>(mss_) / link_rate * static_cast<double>(kSecond));
+// counts as an empty buffer: less than one packet is no standing queue.
+bool UplinkRegulator::within_one_packet(const Signals& s) {
+  return s.packet_time > 0 && s.below(s.packet_time);
 }
 
 // Growth proportional to the flow's own window, so N flows sharing one buffer grow together
 // like one flow. Each step adds at most probe_step_queue * T of queue should the link turn out
 // to be full; the allowance doubles with every further step that still finds the buffer empty
 // (decisive when far from capacity, careful near it).
-void UplinkRegulator::probe(const Signals& s, const RsfcParams& p) {
+bool UplinkRegulator::probe(Nanos now, const Signals& s, const RsfcParams& p) {
+  const double prev = window_;
   const double streak = static_cast<double>(1u << std::min(probe_streak_, p.probe_doublings));
   const double step_cap = s.rate * p.probe_step_queue * seconds(s.threshold) * streak;
   window_ += std::max(std::min(p.growth_per_rtt * window_, step_cap), static_cast<double>(mss_));
@@ -382,18 +442,33 @@ void UplinkRegulator::probe(const Signals& s, const RsfcParams& p) {
   // ACKs queue behind a download), the window must follow it at once, not by probe steps:
   // what the fast state would leave.
   window_ = std::max(window_, bdp_plus_queue(s.rtt_now, s, p));
+  // The link fell, and the buffer reads as empty as it did at the rate the link had then:
+  // the link is back. Double toward the window it carried, each step checking the buffer.
+  // (On a link still slower, every d holds the longer transmission of a packet, and an empty
+  // buffer reads about the difference above a min(d) taken before the fall.)
+  // (A risen min(d), aged out or re-based since the fall, no longer tells the rates apart.)
+  const bool restoring =
+      recovering(now) && delay_.min_rises() == fall_rises_ && s.below(fall_empty_);
+  if (restoring) {
+    window_ = std::max(window_, std::min(2.0 * prev, fall_window_));
+    recovery_tried_ = true;
+  }
+  if (window_ >= fall_window_) fall_window_ = 0;
   ++probe_streak_;
+  return restoring;
 }
 
 // Never grow a window the phone does not use; shrink it only when clearly unused (the
-// in-flight estimate is rough: rate and round trip both fluctuate).
-void UplinkRegulator::follow_use(const Signals& s, double prev, const RsfcParams& p) {
-  if (s.sending) {
+// in-flight estimate is rough: rate and round trip both fluctuate). A window being restored
+// after the link fell is exempt: the phone used it before, and rho still has the fall in it.
+void UplinkRegulator::follow_use(const Signals& s, double prev, const RsfcParams& p,
+                                 bool restoring) {
+  if (!s.sending) {
+    window_ = prev;  // no data: no evidence either way
+  } else if (!restoring) {
     const double cap = (1.0 + p.growth_per_rtt) * s.in_flight + 2.0 * static_cast<double>(mss_);
     if (window_ > cap) window_ = std::max(cap, prev);
     if (cap < p.unused_fraction * prev) window_ = std::max(cap, prev * (1.0 - p.unused_decay));
-  } else {
-    window_ = prev;  // no data: no evidence either way
   }
   window_ = std::max(window_, min_window());
 }
@@ -406,24 +481,39 @@ void UplinkRegulator::fast(Nanos now, const Signals& s, const RsfcParams& p) {
     enter_monitor(now, s, p, true);
     return;
   }
-  size_fast(s, p);
+  size_fast(now, s, p);
   if (!s.above(s.T())) {
     state_ = RsfcState::kSlow;
+  } else if (s.link_fell || s.outage) {
+    fast_steps_in_force_ = 0;  // the queue is the link's backlog, not a stale min(d)
   } else if (cut_in_force() && ++fast_steps_in_force_ >= p.monitor_after_steps) {
     enter_monitor(now, s, p, false);  // the cut holds, the queue stays: is min(d) stale?
   }
 }
 
-void UplinkRegulator::enter_fast(const Signals& s, const RsfcParams& p) {
+void UplinkRegulator::enter_fast(Nanos now, const Signals& s, const RsfcParams& p) {
+  // A queue of the flow's own after a recovery step: the link did not come back that far.
+  if (recovery_tried_ && !s.link_fell) fall_window_ = 0;
+  recovery_tried_ = false;
   state_ = RsfcState::kFast;
   probe_streak_ = 0;
   fast_steps_in_force_ = 0;
-  size_fast(s, p);
+  size_fast(now, s, p);
 }
 
-// Only lowers W; a deep cut restarts the count of steps it has held.
-void UplinkRegulator::size_fast(const Signals& s, const RsfcParams& p) {
-  const double target = std::max(bdp_plus_queue(*s.rtt, s, p), min_window());
+// Only lowers W; a deep cut restarts the count of steps it has held. When the link fell, the
+// window it had is remembered for the recovery (probe()).
+void UplinkRegulator::size_fast(Nanos now, const Signals& s, const RsfcParams& p) {
+  if (s.link_fell && !recovering(now)) {
+    recovery_tried_ = false;
+    fall_window_ = window_;
+    fall_at_ = now;
+    fall_rises_ = delay_.min_rises();
+    fall_empty_ = std::max({s.packet_time, static_cast<double>(UplinkDelayEstimator::kConfirmFloor),
+                            delay_.tick().ns_per_tick()});
+  }
+  const double target = std::max(
+      fast_rate(s) * (seconds(*s.rtt) + p.fast_target * seconds(s.threshold)), min_window());
   if (target < window_) {
     if (target < window_ * p.recut_fraction) {
       cut_edge_ = edge_max_;  // in force once everything sent under the old edge is acked
@@ -433,6 +523,15 @@ void UplinkRegulator::size_fast(const Signals& s, const RsfcParams& p) {
   }
 }
 
+// rho, except when the link fell: what it delivers now (the flow's share of it), followed at
+// once instead of after rho's window; and after an outage at least what it delivered since
+// (an outage longer than rho's window leaves only the interval that spans it there).
+double UplinkRegulator::fast_rate(const Signals& s) const {
+  if (s.link_fell) return s.delivery * s.rate;
+  if (s.outage) return std::max(1.0, s.delivery) * s.rate;
+  return s.rate;
+}
+
 double UplinkRegulator::bdp_plus_queue(Nanos rtt, const Signals& s, const RsfcParams& p) const {
   return s.rate * (seconds(rtt) + p.fast_target * seconds(s.threshold));
 }
@@ -440,8 +539,16 @@ double UplinkRegulator::bdp_plus_queue(Nanos rtt, const Signals& s, const RsfcPa
 // ---------------------------------------------------------------------------------------
 // MONITOR: a drain confirms min(d), or finds that what is left is not this flow's queue.
 
+// On a long round trip a drain's steps come once a round trip, and a link that serves in
+// bursts (a packet waits for the next transmission opportunity) rarely shows a sample within
+// the estimator's 2 ms of min(d) among the few a drained window sends: the drain would hold
+// the floor window for seconds, every period, and every one would be a first drain. There
+// the buffer also counts as empty within one packet's time at the link's rate, as in the
+// slow state (lab traces with a download: the UMTS upload 43 -> 46 %, EV-DO 10 -> 20 %,
+// medians of 15 start offsets in the simulation).
 void UplinkRegulator::monitor(Nanos now, const Signals& s, const RsfcParams& p) {
-  if (confirmed_at() >= drain_.since && has_confirmation()) {
+  if ((confirmed_at() >= drain_.since && has_confirmation()) ||
+      (s.long_round_trip && s.sending && within_one_packet(s))) {
     drain_confirmed_ = true;
     rises_at_drain_ = delay_.min_rises();
     leave_monitor(now, true);  // the buffer emptied: min(d) is current
@@ -483,10 +590,12 @@ bool UplinkRegulator::refresh_due(Nanos now, const RsfcParams& p) const {
   // sample within one tick of min(d), too loose to tell an empty buffer from a short queue
   // (in simulation, 4 ms and 3.3 ms ticks let the queue creep to 130-150 ms p95 without the
   // drains).
+  // On a long round trip, a buffer within one packet's time of min(d) counts (monitor()).
   const bool fine_tick = delay_.tick().ns_per_tick() <= static_cast<double>(p.fine_tick);
-  const bool evidence = ts_ && fine_tick && drain_confirmed_ &&
-                        delay_.min_rises() == rises_at_drain_ &&
-                        now - confirmed_at() <= p.min_refresh;
+  const bool emptied = now - confirmed_at() <= p.min_refresh ||
+                       (last_.long_round_trip && now - near_empty_at_ <= p.min_refresh);
+  const bool evidence =
+      ts_ && fine_tick && drain_confirmed_ && delay_.min_rises() == rises_at_drain_ && emptied;
   return !evidence;
 }
 
@@ -499,8 +608,9 @@ void UplinkRegulator::enter_monitor(Nanos now, const Signals& s, const RsfcParam
   drain_.rate_before = s.rate;
   // Until a drain has confirmed min(d), the round trip itself may contain a queue taken for
   // the baseline (a flow that started behind its siblings' queue: its minimum, its round
-  // trip and so a rate x RTT drain are all inflated by it): drain to the floor, once.
-  const double drain = (ts_ && !drain_confirmed_)
+  // trip and so a rate x RTT drain are all inflated by it): drain to the floor, once. Not on a
+  // long round trip: there each step of the floor window lasts a round trip of seconds.
+  const double drain = (ts_ && !drain_confirmed_ && !s.long_round_trip)
                            ? min_window()
                            : std::max(p.drain_fraction * s.rate * seconds(s.rtt_now), min_window());
   drain_.window_before = window_;

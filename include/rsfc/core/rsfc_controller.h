@@ -18,29 +18,49 @@
 //   rtt_min  the windowed minima of both halves (handshake, echoes).
 //   T        threshold_ms, or rtt_min clamped to [threshold_floor_ms, threshold_ceiling_ms]
 //            (and to at least tick_multiple timestamp ticks).
+// The link under the flow (measure_link(); timestamps and the subscriber's entry): a standing
+// queue of the flow's own keeps the link busy at about rho; a link that falls or stops does
+// not, and then t_buff is the link's backlog, not a queue the window caused:
+//   outage    a gap in the arrivals (>= kOutage) that no sibling filled and that the segment
+//             ending it waited through: the link stopped, and is back.
+//   delivery  the link's service while data queued (gaps a queued segment waited through,
+//             outages left out), as a fraction of its rate (the subscriber's windowed max).
+//   link_fell t_buff > T and growing while delivery < kFallFraction: the link fell under the
+//             flow (capacity drop, a slow spell of a variable link).
+//   packet_time  one packet's time at the link's rate; long_round_trip: rtt_now > max_interval
+//             (a download's queue in front of the phone: steps come once a round trip).
 //
 // One control step per interval I = clamp(rtt, control_interval_floor, max_interval):
 //
-//                |
-//                v
-//             STARTUP
-//        (1) /        \ (2)
-//          v            v
-//   +--> SLOW --(3)--> FAST
-//   |      |  <--(4)--  |
-//   |  (5) |            | (5) (6)
-//   |      v            |
-//   +--- MONITOR <------+
-//    (7)
+//                  |
+//                  v
+//               STARTUP
+//          (1) /        \ (2)
+//            v            v
+//   +------ SLOW --(3)--> FAST ------+
+//   | (9)  ^ ^  |  <--(4)--  |  ^    | (8)
+//   +------+ |  |(5)         |  +----+
+//        (7) |  v            | (5) (6)
+//            +- MONITOR <----+
 //
 //   (1) STARTUP -> SLOW      the signals exist, t_buff <= T
 //   (2) STARTUP -> FAST      the signals exist, t_buff > T
 //   (3) SLOW -> FAST         t_buff > T
 //   (4) FAST -> SLOW         t_buff <= T
 //   (5) SLOW/FAST -> MONITOR the flow sends and a min_refresh boundary passed (refresh_due())
-//   (6) FAST -> MONITOR      t_buff > T with the cut in force for monitor_after_steps steps
-//   (7) MONITOR -> SLOW      the buffer emptied (min(d) confirmed), or the cut has been in
-//                            force for monitor_steps steps (end_drain(), path_check())
+//   (6) FAST -> MONITOR      t_buff > T with the cut in force for monitor_after_steps steps in
+//                            which the link neither fell nor stopped
+//   (7) MONITOR -> SLOW      the buffer emptied (min(d) confirmed; on a long round trip t_buff
+//                            within one packet's time), or the cut has been in force for
+//                            monitor_steps steps (end_drain(), path_check())
+//   (8) FAST, link_fell      W = delivery * rho * (rtt + fast_target * T) at once, the window
+//                            it had remembered (fall_window_); after an outage W is sized on
+//                            no less than rho (the silence is no rate)
+//   (9) SLOW, recovering     within kRecoverFor of a fall, the buffer reads as empty as it did
+//                            at the link's rate before the fall (a slower link adds its
+//                            longer transmission to every d): W doubles toward the remembered
+//                            window, one step at a time; a step that ends in a queue of the
+//                            flow's own ends the recovery
 //
 // STARTUP  a clamp shaped like slow start, max(initial_window_bytes, startup_growth * in-flight):
 //          it never holds a sender in slow start back, but keeps the right edge (which cannot
@@ -48,14 +68,18 @@
 //          trip. W then starts at the in-flight estimate rho * (rtt_now + t_buff).
 // SLOW     the buffer is empty (t_buff < probe_below * T, or under one packet): probe, W grows
 //          by growth_per_rtt of itself, by at most probe_step_queue * T of queue (doubling
-//          while it stays empty). Otherwise hold. W never grows far past the phone's in-flight.
+//          while it stays empty), or back toward the window the link carried before it fell.
+//          Otherwise hold. W never grows far past the phone's in-flight.
 // FAST     W = rho * (rtt + fast_target * T): one bandwidth-delay product plus a small queue;
-//          only lowers W.
-// MONITOR  a drain, W = drain_fraction * rho * rtt_now: a measurement, not a decision. A
-//          standing queue slowly becomes part of min(d) (t_buff then reads low); all flows of
-//          a phone drain together at min_refresh boundaries (one phase per subscriber) and see
-//          the empty buffer. Afterwards W is back where it was before the drain (unless the
-//          drain found a lower min(d): W was sized on a queue).
+//          only lowers W. rho is the link's rate now when it fell.
+// MONITOR  a drain, W = drain_fraction * rho * rtt_now (the floor for a flow's first drain,
+//          except on a long round trip): a measurement, not a decision. A standing queue
+//          slowly becomes part of min(d) (t_buff then reads low); all flows of a phone drain
+//          together at min_refresh boundaries (one phase per subscriber) and see the empty
+//          buffer. Afterwards W is back where it was before the drain (unless the drain found
+//          a lower min(d): W was sized on a queue).
+// Without timestamps, or without the subscriber's entry (per_subscriber off), the flow cannot
+// tell the link's silence from its own or a sibling's: no outage, delivery or link_fell.
 //
 // Driven by the engine, per flow whose uplink policy is rsfc (SYN and SYN-ACK included):
 //   every segment from the phone:  on_uplink_segment(now, seg, params)
@@ -88,6 +112,14 @@ class UplinkRegulator {
   static constexpr Nanos kMinSlotSpacing = 1 * kMilli;  // echo / lag slots
   static constexpr int kSlotsPerRtt = 6;
   static constexpr double kStartupWindow = 65535;  // initial_window_bytes 0 means this
+  // Variable links (measure_link()): a gap in the flow's arrivals this long, closed by a
+  // segment that waited through it, is an outage; delivery below kFallFraction of the flow's
+  // rate while its data queues is the link falling; the window it had before is restored by
+  // doubling while the buffer stays empty for kRecoverFor after the fall (probe()).
+  static constexpr Nanos kOutage = 100 * kMilli;
+  static constexpr double kFallFraction = 0.5;
+  static constexpr Nanos kRecoverFor = 5 * kSecond;
+  static constexpr uint32_t kJudgeSegments = 4;  // the link's delivery over at least this much
 
   void on_uplink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
   void on_downlink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
@@ -135,10 +167,17 @@ class UplinkRegulator {
     std::optional<Nanos> rtt;     // round trip without the own queue, averaged: sizes W
     Nanos rtt_now = 0;            // the same, current; kept until measured anew
     std::optional<Nanos> rtt_min;
+    // One packet's time at the link's rate, ns (0: no rate yet). Less queue than that is none;
+    // on a long round trip it is also how far from min(d) an empty buffer may read.
+    double packet_time = 0;
+    // The round trip exceeds max_interval: steps come once a round trip, a drain of a few
+    // steps lasts seconds (a download's queue in front of the phone).
+    bool long_round_trip = false;
   };
   // What a control step decides on (measure()).
   struct Signals : Readings {
     double own_rate = 0;   // the flow's delivered rate, bytes/s (windowed maximum)
+    double link_rate = 0;  // the subscriber's (all its uploads'), at least own_rate
     Nanos phone_half = 0;  // the halves' windowed minima (0: none)
     Nanos server_half = 0;
     Nanos interval = 0;  // I: to the next step
@@ -147,6 +186,12 @@ class UplinkRegulator {
     bool sending = false;  // data arrived within the last interval
     double slack = 0;      // max(0, rtt - rtt_now), ns
     double in_flight = 0;  // rho * (rtt_now + t_buff), bytes: Little's law
+    // The link under the flow this step (measure_link(); timestamps only):
+    Nanos silence = 0;    // the longest the link delivered nothing while the flow's data waited
+    double delivery = 0;  // the link's delivery over the step (the silence left out) / its rate
+    bool outage = false;  // silence >= kOutage: the link stopped, and is back
+    // The delivery collapsed (< kFallFraction) while the queue grew above T.
+    bool link_fell = false;
 
     double tb() const { return static_cast<double>(*t_buff); }   // ns
     double T() const { return static_cast<double>(threshold); }  // ns
@@ -186,12 +231,14 @@ class UplinkRegulator {
   void on_uplink_timestamps(Nanos now, const TcpSegment& s, Nanos spacing, const RsfcParams& p);
   void add_phone_rtt(Nanos now, Nanos rtt_no_queue, const RsfcParams& p);
   void on_uplink_lag(Nanos now, const TcpSegment& s, const RsfcParams& p);
+  void track_arrival(Nanos now, uint32_t fresh);
 
   // The control step: measure, then one function per state.
   bool step(Nanos now, const RsfcParams& p);  // true: something to log
   Signals measure(Nanos now, const RsfcParams& p);
   void measure_timestamps(Nanos now, Signals& s, const RsfcParams& p) const;
   void measure_lag(Nanos now, Signals& s, const RsfcParams& p) const;
+  void measure_link(Signals& s);
   Nanos threshold_for(std::optional<Nanos> rtt_min, const RsfcParams& p) const;
   double subscriber_share(Nanos now, const Signals& s, const RsfcParams& p);
   void startup(Nanos now, const Signals& s, const RsfcParams& p);
@@ -200,12 +247,16 @@ class UplinkRegulator {
   void monitor(Nanos now, const Signals& s, const RsfcParams& p);
 
   // SLOW.
-  bool within_one_packet(Nanos now, const Signals& s) const;
-  void probe(const Signals& s, const RsfcParams& p);
-  void follow_use(const Signals& s, double prev, const RsfcParams& p);
+  static bool within_one_packet(const Signals& s);
+  bool probe(Nanos now, const Signals& s, const RsfcParams& p);  // true: restoring (9)
+  bool recovering(Nanos now) const {
+    return fall_window_ > window_ && now - fall_at_ < kRecoverFor;
+  }
+  void follow_use(const Signals& s, double prev, const RsfcParams& p, bool restoring);
   // FAST.
-  void enter_fast(const Signals& s, const RsfcParams& p);
-  void size_fast(const Signals& s, const RsfcParams& p);
+  void enter_fast(Nanos now, const Signals& s, const RsfcParams& p);
+  void size_fast(Nanos now, const Signals& s, const RsfcParams& p);
+  double fast_rate(const Signals& s) const;  // the rate the fast state sizes W on
   // rho * (rtt + fast_target * T): one bandwidth-delay product plus the fast state's queue.
   double bdp_plus_queue(Nanos rtt, const Signals& s, const RsfcParams& p) const;
   // MONITOR.
@@ -248,7 +299,15 @@ class UplinkRegulator {
   Nanos phone_rtt_avg_at_ = 0;
   Nanos last_phone_rtt_ = 0;  // last gateway -> phone -> gateway sample, queue included
   Nanos last_data_at_ = 0;
-  Nanos lag_confirmed_at_ = 0;  // timestamp-less: last lag sample at its minimum
+  Nanos near_empty_at_ = 0;  // last t_buff within one packet's time at the link's rate
+  // Variable links (track_arrival(), measure_link()), since the last step.
+  Nanos last_arrival_ = 0;             // the flow's last data segment
+  Nanos last_arrival_tb_ = 0;          // its t_buff
+  uint64_t sub_bytes_at_arrival_ = 0;  // the subscriber's total bytes then
+  Nanos silence_ = 0;                  // the longest silence
+  Nanos busy_time_ = 0;                // time the link served queued data
+  uint64_t busy_bytes_ = 0;            // bytes it served then
+  Nanos lag_confirmed_at_ = 0;         // timestamp-less: last lag sample at its minimum
   bool lag_confirmed_ = false;
   bool ts_ = false;
   bool ts_decided_ = false;
@@ -269,6 +328,11 @@ class UplinkRegulator {
   uint16_t fast_steps_in_force_ = 0;  // FAST: steps the last deep cut has held
   uint32_t min_segments_ = 2;         // RsfcParams::min_window_segments, taken at each step
   uint32_t probe_streak_ = 0;         // SLOW: probe steps in a row that found the buffer empty
+  double fall_window_ = 0;            // W when the link last fell (recovering())
+  Nanos fall_at_ = 0;
+  double fall_empty_ = 0;        // ns: t_buff of an empty buffer at the rate the link had then
+  uint32_t fall_rises_ = 0;      // delay_.min_rises() then
+  bool recovery_tried_ = false;  // a probe step doubled toward fall_window_
   // The right edges advertised and the server's ACKs (cut_in_force()).
   bool edge_known_ = false;
   bool ack_known_ = false;
