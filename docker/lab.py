@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "lab"))
 import scenarios  # noqa: E402
 import topo  # noqa: E402
-from measure import fmt, mean_rate, percentile, receiver_intervals  # noqa: E402
+from measure import fmt  # noqa: E402
 
 COMPOSE_FILE = REPO / "docker" / "docker-compose.yml"
 SHIPPED_CONFIG = REPO / "conf" / "rsfcd.yaml"
@@ -462,7 +462,7 @@ def run_test(lab: Lab, scenario, label: str, cfg: dict | None, kind: str, durati
         collect(lab, res, extra, cfg is not None)
     finally:
         progress.end()
-    parse_outputs(res, outs, duration, warmup)
+    scenarios.parse_outputs(res, outs, duration, warmup)
     for e in res.errors:
         log(f"  ! {label} {kind}: {e}")
     return res, extra
@@ -487,37 +487,6 @@ def collect(lab: Lab, res, extra: dict, daemon: bool) -> None:
     if lab.exec("bs", ["sh", "-c", "kill -0 $(cat /run/rsfc-linkem.pid)"],
                 check=False).returncode != 0:
         res.errors.append("rsfc-linkem died")
-
-
-def parse_outputs(res, outs: dict, duration: float, warmup: float) -> None:
-    """iperf3 JSON and the pinger's samples into `res`, as scenarios.run_test does."""
-    for key, upload in (("dl", False), ("ul", True)):
-        if key not in outs:
-            continue
-        try:
-            report = json.loads(outs[key])
-        except json.JSONDecodeError:
-            res.errors.append(f"{key}: no iperf3 JSON")
-            continue
-        if report.get("error"):
-            res.errors.append(f"{key}: iperf3: {report['error']}")
-        iv = receiver_intervals(report, upload)
-        rate = mean_rate(iv, warmup)
-        if key == "dl":
-            res.dl_intervals, res.dl_mbps = iv, rate
-        else:
-            res.ul_intervals, res.ul_mbps = iv, rate
-    try:
-        ping = json.loads(outs.get("ping") or "{}")
-        res.ping_samples = ping.get("samples", [])
-        win = [s for s in res.ping_samples if warmup <= s[0] <= duration]
-        rtts = [r for _, r in win]
-        res.rtt_p50_ms = percentile(rtts, 0.50)
-        res.rtt_p95_ms = percentile(rtts, 0.95)
-        res.ping_sent = ping.get("sent", 0)
-        res.ping_lost = ping.get("lost", 0)
-    except json.JSONDecodeError:
-        res.errors.append("ping: no JSON")
 
 
 # ---- main ----------------------------------------------------------------------------

@@ -228,6 +228,16 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
                 daemon.stop()
             if not shaping.alive():
                 res.errors.append("rsfc-linkem died")
+    parse_outputs(res, outs, duration, warmup)
+    for e in res.errors:
+        log(f"  ! {policy} {kind}: {e}")
+    return res
+
+
+def parse_outputs(res: TestResult, outs: dict, duration: float, warmup: float) -> None:
+    """The clients' outputs (iperf3 JSON of "dl"/"ul", the pinger's JSON of "ping") into
+    `res`: the receivers' intervals and mean rates after `warmup`, the phone's RTT
+    percentiles within [warmup, duration]; what cannot be read goes to res.errors."""
     for key, upload in (("dl", False), ("ul", True)):
         if key not in outs:
             continue
@@ -247,7 +257,7 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
     try:
         ping = json.loads(outs.get("ping") or "{}")
         res.ping_samples = ping.get("samples", [])
-        win = [s for s in ping.get("samples", []) if warmup <= s[0] <= duration]
+        win = [s for s in res.ping_samples if warmup <= s[0] <= duration]
         rtts = [r for _, r in win]
         res.rtt_p50_ms = percentile(rtts, 0.50)
         res.rtt_p95_ms = percentile(rtts, 0.95)
@@ -255,9 +265,6 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
         res.ping_lost = ping.get("lost", 0)
     except json.JSONDecodeError:
         res.errors.append("ping: no JSON")
-    for e in res.errors:
-        log(f"  ! {policy} {kind}: {e}")
-    return res
 
 
 # ---- the table ------------------------------------------------------------------------
