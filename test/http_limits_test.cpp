@@ -140,11 +140,20 @@ TEST(MetricsHttpLimits, OversizedRequestHeadGets431) {
   // Headers that never end are cut at the limit too, not buffered without bound.
   const int fd = connect_to(srv.port());
   send_text(fd, "GET /metrics HTTP/1.1\r\n");
-  for (int i = 0; i < 40; ++i) send_text(fd, "X-Pad: " + std::string(500, 'b') + "\r\n");
+  // The server may answer and close as soon as the limit is passed: a later send then fails
+  // (EPIPE/ECONNRESET), which is the point, so stop sending there.
+  for (int i = 0; i < 40; ++i) {
+    const std::string line = "X-Pad: " + std::string(500, 'b') + "\r\n";
+    if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
+      break;
+    }
+  }
   const ReadResult r = read_until_closed(fd);
   close(fd);
   EXPECT_TRUE(r.closed);
-  EXPECT_EQ(r.data.substr(0, 12), "HTTP/1.1 431");
+  // The 431 is sent, but a reset (the server closed with our unread bytes in its buffer) may
+  // reach the client first and discard it; the server's counter says what it decided.
+  if (!r.data.empty()) EXPECT_EQ(r.data.substr(0, 12), "HTTP/1.1 431");
   EXPECT_EQ(srv.counters().requests_too_large.get(), 2u);
   // Just under the limit is fine.
   const std::string ok =
