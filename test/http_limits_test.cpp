@@ -153,7 +153,9 @@ TEST(MetricsHttpLimits, OversizedRequestHeadGets431) {
   EXPECT_TRUE(r.closed);
   // The 431 is sent, but a reset (the server closed with our unread bytes in its buffer) may
   // reach the client first and discard it; the server's counter says what it decided.
-  if (!r.data.empty()) EXPECT_EQ(r.data.substr(0, 12), "HTTP/1.1 431");
+  if (!r.data.empty()) {
+    EXPECT_EQ(r.data.substr(0, 12), "HTTP/1.1 431");
+  }
   EXPECT_EQ(srv.counters().requests_too_large.get(), 2u);
   // Just under the limit is fine.
   const std::string ok =
