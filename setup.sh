@@ -7,10 +7,14 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES=(build-essential cmake ninja-build pkg-config clang-format clang libclang-rt-14-dev
+PACKAGES=(build-essential cmake ninja-build pkg-config clang-format
   libnetfilter-queue-dev libmnl-dev libevent-dev libyaml-cpp-dev libgtest-dev libbenchmark-dev
   python3 python3-scapy python3-pytest python3-yaml python3-matplotlib
   iptables iproute2 iperf3 iputils-ping tcpdump curl procps)
+
+# The fuzz harness (build-fuzz/, test/fuzz/run.sh): clang and its libFuzzer runtime. Not in
+# the docker lab's image, which builds only the daemon and the lab tools.
+FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 # The docker lab (docker/run-lab.sh, run by test/run-all.sh) on this host: Debian's engine
 # and compose unless some engine / compose is installed already (docker.io would replace
@@ -21,7 +25,7 @@ docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null |
   DOCKER_LAB_PACKAGES+=(docker-compose)
 
 missing=()
-for p in "${PACKAGES[@]}" "${DOCKER_LAB_PACKAGES[@]}"; do
+for p in "${PACKAGES[@]}" "${FUZZ_PACKAGES[@]}" "${DOCKER_LAB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
