@@ -446,17 +446,7 @@ def run_test(lab: Lab, scenario, label: str, cfg: dict | None, kind: str, durati
         busy = BusyMeter(lab, scenario.link)
         busy.at(warmup)
         busy.at(duration - 0.5)
-        outs = {}
-        for key, p in procs.items():
-            try:
-                out, err = p.communicate(timeout=duration + 90)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, err = p.communicate()
-                res.errors.append(f"{key}: timed out")
-            outs[key] = out
-            if p.returncode != 0:
-                res.errors.append(f"{key}: exit {p.returncode}: {(err or out)[-300:]}")
+        outs = scenarios.wait_clients(procs, res, duration + 90)
         busy.cancel()
         res.up_busy, res.down_busy = busy.fractions()
         collect(lab, res, extra, cfg is not None)

@@ -201,17 +201,7 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
             busy = _BusyMeter(shaping, scenario.link, engine)
             busy.at(warmup)
             busy.at(duration - 0.5)
-            outs = {}
-            for key, p in procs.items():
-                try:
-                    out, err = p.communicate(timeout=duration + 90)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    out, err = p.communicate()
-                    res.errors.append(f"{key}: timed out")
-                outs[key] = out
-                if p.returncode != 0:
-                    res.errors.append(f"{key}: exit {p.returncode}: {(err or out)[-300:]}")
+            outs = wait_clients(procs, res, duration + 90)
             busy.cancel()
             res.up_busy, res.down_busy = busy.fractions()
             res.linkem = shaping.linkem_stats()
@@ -232,6 +222,23 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
     for e in res.errors:
         log(f"  ! {policy} {kind}: {e}")
     return res
+
+
+def wait_clients(procs: dict, res: TestResult, timeout: float) -> dict:
+    """Waits for the test's clients ({key: Popen}) and returns their stdout by key; a client
+    that times out is killed, and it and any non-zero exit go to res.errors."""
+    outs = {}
+    for key, p in procs.items():
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            res.errors.append(f"{key}: timed out")
+        outs[key] = out
+        if p.returncode != 0:
+            res.errors.append(f"{key}: exit {p.returncode}: {(err or out)[-300:]}")
+    return outs
 
 
 def parse_outputs(res: TestResult, outs: dict, duration: float, warmup: float) -> None:
