@@ -3,7 +3,7 @@
 # ip6tables-legacy: nftables' own `queue` expression is not available on every kernel).
 #
 #   rsfcd-iptables.sh add  [-q QUEUES] [-b subscriber|kernel] [-i IFACE]... [-p PREFIX]...
-#                          [-P PROTO]
+#                          [-P PROTO] [-k KNOBS [-t BYTES] [-H]]
 #   rsfcd-iptables.sh del
 #   rsfcd-iptables.sh show
 #
@@ -24,10 +24,29 @@
 #              -b subscriber takes -i or -p, not both.
 #   -P PROTO   the protocol to queue: tcp (default, the only one rsfcd regulates) or all
 #              (every forwarded packet; rsfcd passes what is not TCP through untouched).
+#   -k KNOBS   which packets: all (default: every packet of PROTO, handshakes included), or
+#              only what the enabled knobs of rsfcd.yaml read, a comma list of
+#              uplink    both directions of the flows that upload: more than BYTES from the
+#                        phone, at an average of at least 200 bytes a packet (a download's
+#                        pure ACKs, 40-100 bytes, never qualify it);
+#              downlink  both directions of the flows that download: the same test on the
+#                        bytes towards the phone.
+#              Needs -i or -p (which side is the phone) and -P tcp. A knob whose flows are
+#              not queued does nothing to them, so KNOBS must name every knob whose policy
+#              is not off. Flows reach rsfcd mid-stream; it regulates them once it knows
+#              their window scales (from conntrack, or from the handshake with -H).
+#   -t BYTES   the threshold of -k (IP bytes in the knob's direction, headers included, as
+#              conntrack counts them). Default 65536, RSFC's startup window: an upload that
+#              sent less has not been held back by it anyway.
+#   -H         with -k: queue every flow's SYN and SYN-ACK too (2 packets a flow), so rsfcd
+#              learns the window scales, MSS and timestamp use from the handshake.
 #
 # The rules live in their own chain (RSFCD, or $RSFCD_CHAIN) jumped to from FORWARD, in
-# both iptables and ip6tables ($RSFCD_FAMILIES, default "4 6"). `add` is idempotent: it
-# rewrites the chain and keeps one jump. `del` removes the jump and the chain. Needs root.
+# both iptables and ip6tables ($RSFCD_FAMILIES, default "4 6"); with -k the chain selects
+# and a second one ($RSFCD_CHAIN-Q) queues. `add` is idempotent: it rewrites the chains and
+# keeps one jump. `del` removes the jump and the chains. Needs root. -k uses conntrack's
+# byte counters (the connbytes match turns nf_conntrack_acct on): connections older than the
+# rules have none and are never queued.
 #
 # Every rule has --queue-bypass: while no process is bound to the queue (rsfcd stopped,
 # restarting, or killed with -9), the kernel accepts the packets instead of dropping them.
@@ -45,6 +64,7 @@
 set -eu
 
 CHAIN=${RSFCD_CHAIN:-RSFCD}
+QCHAIN=$CHAIN-Q
 IPT4=${IPTABLES:-iptables-legacy}
 IPT6=${IP6TABLES:-ip6tables-legacy}
 FAMILIES=${RSFCD_FAMILIES:-4 6}
@@ -53,7 +73,7 @@ for f in $FAMILIES; do
 done
 
 usage() {
-  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -71,13 +91,19 @@ BALANCE=""
 IFACES=""
 PREFIXES=""
 PROTO=tcp
-while getopts "q:b:i:p:P:h" opt; do
+KNOBS=all
+THRESHOLD=65536
+HANDSHAKE=no
+while getopts "q:b:i:p:P:k:t:Hh" opt; do
   case $opt in
     q) QUEUES=$OPTARG ;;
     b) BALANCE=$OPTARG ;;
     i) IFACES="$IFACES $OPTARG" ;;
     p) PREFIXES="$PREFIXES $OPTARG" ;;
     P) PROTO=$OPTARG ;;
+    k) KNOBS=$OPTARG ;;
+    t) THRESHOLD=$OPTARG ;;
+    H) HANDSHAKE=yes ;;
     *) usage ;;
   esac
 done
@@ -127,6 +153,28 @@ if [ "$BALANCE" = subscriber ] && [ -n "$IFACES" ] && [ -n "$PREFIXES" ]; then
 fi
 [ "$NQ" -le 256 ] || [ "$BALANCE" = kernel ] || die "-b subscriber spreads over at most 256 queues"
 
+# -k: UPLINK / DOWNLINK say which knobs' flows are queued; both no means everything.
+UPLINK=no
+DOWNLINK=no
+case $KNOBS in
+  all) ;;
+  uplink) UPLINK=yes ;;
+  downlink) DOWNLINK=yes ;;
+  uplink,downlink | downlink,uplink) UPLINK=yes DOWNLINK=yes ;;
+  *) die "bad -k '$KNOBS' (want all, uplink, downlink or uplink,downlink)" ;;
+esac
+case $THRESHOLD in
+  "" | *[!0-9]* | 0?*) die "bad -t '$THRESHOLD' (want a byte count)" ;;
+esac
+[ ${#THRESHOLD} -le 18 ] || die "bad -t '$THRESHOLD' (want a byte count)"
+if [ "$KNOBS" = all ]; then
+  [ "$HANDSHAKE" = no ] || die "-H goes with -k (with -k all every handshake is queued)"
+else
+  [ -n "$IFACES" ] || [ -n "$PREFIXES" ] ||
+    die "-k $KNOBS needs -i or -p (which side of a packet is the phone)"
+  [ "$PROTO" = tcp ] || die "-k $KNOBS queues TCP flows only (-P tcp)"
+fi
+
 for i in $IFACES; do
   case $i in *[!A-Za-z0-9_.@-]*) die "bad interface name '$i'" ;; esac
 done
@@ -137,10 +185,22 @@ done
 command -v "$IPT4" >/dev/null 2>&1 || die "$IPT4 not found"
 command -v "$IPT6" >/dev/null 2>&1 || die "$IPT6 not found"
 
-# chain_reset IPT: the chain exists and is empty; FORWARD jumps to it exactly once.
+# chain_exists IPT NAME
+chain_exists() {
+  $1 -w -n -L "$2" >/dev/null 2>&1
+}
+
+# chain_reset IPT: the chain exists and is empty, and so does the queueing chain with -k
+# (without -k an earlier one is removed); FORWARD jumps to the chain exactly once.
 chain_reset() {
   ipt=$1
   $ipt -w -N "$CHAIN" 2>/dev/null || $ipt -w -F "$CHAIN"
+  if [ "$KNOBS" != all ]; then
+    $ipt -w -N "$QCHAIN" 2>/dev/null || $ipt -w -F "$QCHAIN"
+  elif chain_exists "$ipt" "$QCHAIN"; then
+    $ipt -w -F "$QCHAIN"
+    $ipt -w -X "$QCHAIN"
+  fi
   # An older version jumped for TCP only; the protocol is matched inside the chain now.
   while $ipt -w -C FORWARD -p tcp -j "$CHAIN" 2>/dev/null; do
     $ipt -w -D FORWARD -p tcp -j "$CHAIN"
@@ -156,10 +216,13 @@ chain_remove() {
   while $ipt -w -C FORWARD -j "$CHAIN" 2>/dev/null; do
     $ipt -w -D FORWARD -j "$CHAIN"
   done
-  if $ipt -w -n -L "$CHAIN" >/dev/null 2>&1; then
-    $ipt -w -F "$CHAIN"
-    $ipt -w -X "$CHAIN"
+  # The chain first: it may jump to the queueing chain.
+  if chain_exists "$ipt" "$CHAIN"; then $ipt -w -F "$CHAIN"; fi
+  if chain_exists "$ipt" "$QCHAIN"; then
+    $ipt -w -F "$QCHAIN"
+    $ipt -w -X "$QCHAIN"
   fi
+  if chain_exists "$ipt" "$CHAIN"; then $ipt -w -X "$CHAIN"; fi
 }
 
 # key_tests FAMILY SIDE: one u32 test list per line, "QUEUE TESTS", that sends a packet
@@ -215,7 +278,7 @@ queue_by_key() {
   shift 3
   key_tests "$fam" "$side" | while read -r q tests; do
     # shellcheck disable=SC2086
-    $ipt -w -A "$CHAIN" $PMATCH "$@" -m u32 --u32 "$tests" -j NFQUEUE --queue-num "$q" --queue-bypass
+    $ipt -w -A "$QTO" $PMATCH "$@" -m u32 --u32 "$tests" -j NFQUEUE --queue-num "$q" --queue-bypass
   done
 }
 
@@ -226,13 +289,14 @@ in_family() {
   esac
 }
 
-add_rules() {
+# queue_rules IPT FAMILY: the rules that queue (in the chain, or with -k in the queueing
+# chain, which only sees packets the chain selected).
+queue_rules() {
   ipt=$1
   family=$2
-  chain_reset "$ipt"
-  if [ -z "$IFACES" ] && [ -z "$PREFIXES" ]; then
+  if [ -z "$IFACES" ] && [ -z "$PREFIXES" ] || { [ "$KNOBS" != all ] && [ "$BALANCE" = kernel ]; }; then
     # shellcheck disable=SC2086
-    $ipt -w -A "$CHAIN" $PMATCH -j $TARGET
+    $ipt -w -A "$QTO" $PMATCH -j $TARGET
     return
   fi
   if [ "$BALANCE" = subscriber ]; then
@@ -241,7 +305,7 @@ add_rules() {
     for i in $IFACES; do
       for o in $IFACES; do
         # shellcheck disable=SC2086
-        $ipt -w -A "$CHAIN" $PMATCH -i "$i" -o "$o" -j $TARGET
+        $ipt -w -A "$QTO" $PMATCH -i "$i" -o "$o" -j $TARGET
       done
     done
     for p in $PREFIXES; do
@@ -249,7 +313,7 @@ add_rules() {
       for d in $PREFIXES; do
         in_family "$d" "$family" || continue
         # shellcheck disable=SC2086
-        $ipt -w -A "$CHAIN" $PMATCH -s "$p" -d "$d" -j $TARGET
+        $ipt -w -A "$QTO" $PMATCH -s "$p" -d "$d" -j $TARGET
       done
     done
     for i in $IFACES; do
@@ -265,16 +329,84 @@ add_rules() {
   fi
   for i in $IFACES; do
     # shellcheck disable=SC2086
-    $ipt -w -A "$CHAIN" $PMATCH -i "$i" -j $TARGET
+    $ipt -w -A "$QTO" $PMATCH -i "$i" -j $TARGET
     # shellcheck disable=SC2086
-    $ipt -w -A "$CHAIN" $PMATCH -o "$i" -j $TARGET
+    $ipt -w -A "$QTO" $PMATCH -o "$i" -j $TARGET
   done
   for p in $PREFIXES; do
     in_family "$p" "$family" || continue
     # shellcheck disable=SC2086
-    $ipt -w -A "$CHAIN" $PMATCH -s "$p" -j $TARGET
+    $ipt -w -A "$QTO" $PMATCH -s "$p" -j $TARGET
     # shellcheck disable=SC2086
-    $ipt -w -A "$CHAIN" $PMATCH -d "$p" -j $TARGET
+    $ipt -w -A "$QTO" $PMATCH -d "$p" -j $TARGET
+  done
+}
+
+# select_side IPT FROM TO: with -k, the rules that send a packet of a qualifying flow to the
+# queueing chain; FROM matches the packets the phone sent (-i IFACE or -s PREFIX), TO the
+# packets to it. Conntrack's "original" direction is the initiator's: the phone's own bytes
+# are "original" when the phone opened the connection (a packet from it in the ORIGINAL
+# direction, or to it in the REPLY direction), "reply" when it accepted it.
+select_side() {
+  ipt=$1
+  from=$2
+  to=$3
+  if [ "$HANDSHAKE" = yes ]; then
+    # shellcheck disable=SC2086
+    $ipt -w -A "$CHAIN" -p tcp $from --tcp-flags SYN SYN -g "$QCHAIN"
+    # shellcheck disable=SC2086
+    $ipt -w -A "$CHAIN" -p tcp $to --tcp-flags SYN SYN -g "$QCHAIN"
+  fi
+  if [ "$UPLINK" = yes ] && [ "$DOWNLINK" = yes ]; then
+    # A flow that uploads or downloads: either direction qualifies, whoever opened it.
+    for side in "$from" "$to"; do
+      select_flows "$ipt" "$side" "" original
+      select_flows "$ipt" "$side" "" reply
+    done
+    return
+  fi
+  # Per line: the side, the packet's conntrack direction, the conntrack direction of the
+  # phone's bytes, that of the bytes towards the phone.
+  for combo in "from ORIGINAL original reply" "from REPLY reply original" \
+    "to REPLY original reply" "to ORIGINAL reply original"; do
+    # shellcheck disable=SC2086
+    set -- $combo
+    if [ "$1" = from ]; then side=$from; else side=$to; fi
+    [ "$UPLINK" = no ] || select_flows "$ipt" "$side" "$2" "$3"
+    [ "$DOWNLINK" = no ] || select_flows "$ipt" "$side" "$2" "$4"
+  done
+}
+
+# select_flows IPT "MATCH ARG" CTDIR DIR: packets matching MATCH ARG in conntrack direction
+# CTDIR (any if empty), of flows that carried more than THRESHOLD bytes in direction DIR at an average of
+# at least 200 bytes a packet (data, not pure ACKs), go to the queueing chain.
+select_flows() {
+  ipt=$1
+  ctdir=""
+  [ -z "$3" ] || ctdir="-m conntrack --ctdir $3"
+  # shellcheck disable=SC2086
+  $ipt -w -A "$CHAIN" -p tcp $2 $ctdir \
+    -m connbytes --connbytes "$THRESHOLD:" --connbytes-dir "$4" --connbytes-mode bytes \
+    -m connbytes --connbytes 200: --connbytes-dir "$4" --connbytes-mode avgpkt -g "$QCHAIN"
+}
+
+add_rules() {
+  ipt=$1
+  family=$2
+  chain_reset "$ipt"
+  if [ "$KNOBS" = all ]; then
+    QTO=$CHAIN
+    queue_rules "$ipt" "$family"
+    return
+  fi
+  QTO=$QCHAIN
+  queue_rules "$ipt" "$family"
+  for i in $IFACES; do
+    select_side "$ipt" "-i $i" "-o $i"
+  done
+  for p in $PREFIXES; do
+    in_family "$p" "$family" || continue
+    select_side "$ipt" "-s $p" "-d $p"
   done
 }
 
@@ -293,6 +425,7 @@ case $cmd in
       echo "== $ipt"
       $ipt -w -S FORWARD | grep -- "-j $CHAIN\$" || echo "(no jump from FORWARD)"
       $ipt -w -n -v -L "$CHAIN" 2>/dev/null || echo "(no chain $CHAIN)"
+      if chain_exists "$ipt" "$QCHAIN"; then $ipt -w -n -v -L "$QCHAIN"; fi
     done
     ;;
   -h | --help | help) usage ;;
