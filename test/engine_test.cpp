@@ -74,6 +74,11 @@ class Conn {
                  .wscale = server_ws});
     from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502});
   }
+  // The phone's first `len` bytes of payload (after handshake()): an upload starts.
+  Sent phone_data(size_t len) {
+    return from_phone(
+        {.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502, .payload_len = len});
+  }
   // A server ACK for `acked` phone bytes advertising `raw` (as the server wrote it).
   Sent server_ack(uint32_t acked, uint16_t raw, size_t payload = 0) {
     return from_server({.seq = kServerIsn + 1,
@@ -898,7 +903,7 @@ TEST(EngineRsfc, ObserveLogsDecisionsButNeverModifies) {
 }
 
 // The regulated uploads of one subscriber address share one SubscriberUplink; the entry
-// lives as long as one of its flows does.
+// lives as long as one of its flows does. A flow is regulated from its first payload.
 TEST(EngineRsfc, FlowsOfOneSubscriberShareOneState) {
   EngineParams p = static_params(65535);
   p.uplink.policy = Policy::kRsfc;
@@ -906,18 +911,26 @@ TEST(EngineRsfc, FlowsOfOneSubscriberShareOneState) {
   Engine e(64, p);
   auto syn = [&](const std::string& phone, uint16_t sport, Nanos at) {
     const bool v6 = phone.find(':') != std::string::npos;
-    std::vector<uint8_t> b = testpkt::build({.src = phone,
-                                             .dst = v6 ? "2001:2:0:2::2" : "198.19.0.2",
-                                             .sport = sport,
-                                             .dport = 443,
-                                             .seq = kPhoneIsn,
-                                             .flags = tcpflag::kSyn,
-                                             .window = 64240,
-                                             .timestamps = true,
-                                             .tsval = 1});
+    TcpSpec s{.src = phone,
+              .dst = v6 ? "2001:2:0:2::2" : "198.19.0.2",
+              .sport = sport,
+              .dport = 443,
+              .seq = kPhoneIsn,
+              .flags = tcpflag::kSyn,
+              .window = 64240,
+              .timestamps = true,
+              .tsval = 1};
+    std::vector<uint8_t> b = testpkt::build(s);
     EXPECT_FALSE(e.process(b, at).modified);
+    const uint64_t before = e.counters().rsfc_subscribers.get();
+    s.seq = kPhoneIsn + 1;  // its upload starts (the handshake's other segments unseen)
+    s.flags = tcpflag::kAck;
+    s.payload_len = 100;
+    b = testpkt::build(s);
+    EXPECT_FALSE(e.process(b, at).modified);
+    return before;
   };
-  syn("198.18.0.2", 40000, kSecond);
+  EXPECT_EQ(syn("198.18.0.2", 40000, kSecond), 0u) << "no regulator before the payload";
   syn("198.18.0.2", 40001, kSecond);
   syn("198.18.0.3", 40000, kSecond);
   syn("2001:2:0:1::2", 40000, kSecond);  // v6 (different address family)
@@ -945,6 +958,14 @@ TEST(EngineRsfc, HostileSubscriberCountStaysWithinCapacity) {
         "198.18." + std::to_string((i >> 8) & 0xff) + "." + std::to_string(i & 0xff);
     std::vector<uint8_t> b = testpkt::build(
         {.src = phone, .dst = "198.19.0.2", .sport = 40000, .dport = 443, .flags = tcpflag::kSyn});
+    e.process(b, i * kMilli);
+    b = testpkt::build({.src = phone,
+                        .dst = "198.19.0.2",
+                        .sport = 40000,
+                        .dport = 443,
+                        .seq = 1,
+                        .flags = tcpflag::kAck,
+                        .payload_len = 10});
     e.process(b, i * kMilli);
     ASSERT_LE(e.counters().rsfc_subscribers.get(), 64u);
   }
@@ -1259,7 +1280,7 @@ TEST(EngineMetrics, FlowsPerStateFollowTheControllerOfEveryLiveFlow) {
   EXPECT_EQ(in_any_state(e), 1u) << "a SYN alone is no control step";
   c.from_server(
       {.seq = 9, .ack = 2, .flags = tcpflag::kSyn | tcpflag::kAck, .window = 65535, .wscale = 7});
-  c.from_phone({.seq = 2, .ack = 10, .window = 502});
+  c.from_phone({.seq = 2, .ack = 10, .window = 502, .payload_len = 100});
   c.from_server({.seq = 10, .ack = 2, .window = 1000});
   EXPECT_EQ(in_any_state(e), 2u);
   EXPECT_EQ(in_state(e, RsfcState::kStartup), last == RsfcState::kStartup ? 2u : 1u);
@@ -1276,6 +1297,7 @@ TEST(EngineMetrics, FlowsPerStateDropEvictedAndRestartedFlows) {
   Conn v4(e), v6(e, true);
   for (Conn* c : {&v4, &v6}) {
     c->handshake(7, 7);
+    c->phone_data(1000);
     c->server_ack(1000, 1000);
   }
   EXPECT_EQ(in_state(e, RsfcState::kStartup), 2u);
@@ -1290,8 +1312,8 @@ TEST(EngineMetrics, FlowsPerStateDropEvictedAndRestartedFlows) {
   v6.from_phone({.seq = 77, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
   v6.from_server(
       {.seq = 88, .ack = 78, .flags = tcpflag::kSyn | tcpflag::kAck, .window = 65535, .wscale = 7});
-  v6.from_phone({.seq = 78, .ack = 89, .window = 502});
-  v6.from_server({.seq = 89, .ack = 78, .window = 1000});
+  v6.from_phone({.seq = 78, .ack = 89, .window = 502, .payload_len = 100});
+  v6.from_server({.seq = 89, .ack = 178, .window = 1000});
   EXPECT_EQ(e.counters().flows_evicted.get(), 1u);
   EXPECT_EQ(e.active_flows(), 2u);
   EXPECT_EQ(in_state(e, RsfcState::kStartup), 1u) << "the old flow's count was kept";
