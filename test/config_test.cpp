@@ -841,7 +841,7 @@ TEST(FlowsPerWorker, SharesFlowsMaxBetweenQueues) {
 
 // flows.regulated_max is shared out between the workers like flows.max (rounded up).
 TEST(Flows, RegulatedMaxIsSharedOutBetweenWorkers) {
-  EXPECT_EQ(Config{}.regulated_max, 65536u);
+  EXPECT_EQ(Config{}.regulated_max, 60000u);
   const Config c = parse_config("queues: [0, 1, 2]\nflows: { max: 30, regulated_max: 10 }\n");
   EXPECT_EQ(c.regulated_max, 10u);
   EXPECT_EQ(regulated_per_worker(c), 4u);

@@ -54,8 +54,9 @@ struct TcpSegment;
 
 class Engine {
  public:
-  // Regulators per knob at most, by default (flows.regulated_max).
-  static constexpr uint32_t kDefaultRegulatedMax = 65536;
+  // Regulators per knob at most, by default (flows.regulated_max): a million tracked flows
+  // (236 B each) and full pools (4.3 KB per slot of both) fit in 512 MB (docs/RESULTS.md §9).
+  static constexpr uint32_t kDefaultRegulatedMax = 60000;
 
   // `flows_max` is fixed for the engine's life (memory is reserved once). `hash_seed`
   // keys the flow hash: the daemon passes a random value. `regulated_max`: each knob's pool
