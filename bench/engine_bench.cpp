@@ -30,8 +30,11 @@ std::string phone_addr(uint32_t i, bool v6) {
   return "198.18." + std::to_string((i >> 8) & 0xff) + "." + std::to_string(i & 0xff);
 }
 
-// `flows` established connections (handshake fed to `e`) and one server ACK per flow.
-std::vector<std::vector<uint8_t>> make_flows(Engine* e, uint32_t flows, bool v6) {
+// `flows` established connections (handshake fed to `e`) and one server ACK per flow. With
+// `upload` each phone has sent a first data segment: the uplink knob steers the flow (under
+// rsfc it takes a regulator, while the pool has one).
+std::vector<std::vector<uint8_t>> make_flows(Engine* e, uint32_t flows, bool v6,
+                                             bool upload = false) {
   std::vector<std::vector<uint8_t>> acks;
   const std::string server = v6 ? "2001:2:0:2::2" : "198.19.0.2";
   Nanos now = 0;
@@ -60,6 +63,20 @@ std::vector<std::vector<uint8_t>> make_flows(Engine* e, uint32_t flows, bool v6)
                                     .timestamps = true});
       e->process(syn, now);
       e->process(synack, now);
+      if (upload) {
+        auto data = testpkt::build({.src = phone,
+                                    .dst = server,
+                                    .sport = port,
+                                    .dport = 443,
+                                    .seq = 2,
+                                    .ack = 101,
+                                    .window = 1000,
+                                    .timestamps = true,
+                                    .tsval = 3,
+                                    .tsecr = 1,
+                                    .payload_len = 1000});
+        e->process(data, now);
+      }
     }
     acks.push_back(testpkt::build({.src = server,
                                    .dst = phone,
@@ -77,10 +94,10 @@ std::vector<std::vector<uint8_t>> make_flows(Engine* e, uint32_t flows, bool v6)
 
 enum class Mode { kCopyOnly, kParseOnly, kEngine };
 
-void run(benchmark::State& state, Mode mode, Policy up, bool v6) {
+void run(benchmark::State& state, Mode mode, Policy up, bool v6, bool upload = false) {
   const uint32_t flows = static_cast<uint32_t>(state.range(0));
   Engine engine(std::max<uint32_t>(flows, 16), params(up));
-  auto acks = make_flows(mode == Mode::kEngine ? &engine : nullptr, flows, v6);
+  auto acks = make_flows(mode == Mode::kEngine ? &engine : nullptr, flows, v6, upload);
   std::vector<uint8_t> buf(2048);
   size_t i = 0;
   Nanos now = kSecond;
@@ -105,6 +122,8 @@ void run(benchmark::State& state, Mode mode, Policy up, bool v6) {
           ? static_cast<double>(modified) / static_cast<double>(state.iterations())
           : 0;
   state.counters["bytes_per_flow"] = static_cast<double>(Engine::bytes_per_flow());
+  state.counters["regulated_flows"] = static_cast<double>(
+      engine.counters().regulator_pool_used[static_cast<size_t>(Knob::kUplink)].get());
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
 }
 
@@ -129,6 +148,10 @@ void BM_Engine_StaticRewriteV6(benchmark::State& s) {
 void BM_Engine_RsfcV4(benchmark::State& s) {
   run(s, Mode::kEngine, Policy::kRsfc, false);
 }
+// Every phone uploads: regulated flows (up to the default pool, 60000).
+void BM_Engine_RsfcUploadV4(benchmark::State& s) {
+  run(s, Mode::kEngine, Policy::kRsfc, false, true);
+}
 
 BENCHMARK(BM_Baseline_CopyOnly)->Arg(1000);
 BENCHMARK(BM_Baseline_ParseOnly)->Arg(1000);
@@ -137,6 +160,7 @@ BENCHMARK(BM_Engine_ObserveV4)->Arg(1000);
 BENCHMARK(BM_Engine_StaticRewriteV4)->Arg(1)->Arg(1000)->Arg(100000)->Arg(1000000);
 BENCHMARK(BM_Engine_StaticRewriteV6)->Arg(1000)->Arg(100000);
 BENCHMARK(BM_Engine_RsfcV4)->Arg(1000)->Arg(100000);
+BENCHMARK(BM_Engine_RsfcUploadV4)->Arg(1000)->Arg(100000);
 
 }  // namespace
 

@@ -605,7 +605,7 @@ const BadCase kBadCases[] = {
     {"flows_max_default_below_queues", "flows:\n  max: 1\nqueues: [0, 1]\n", 2, "flows.max",
      "at least the number of queues (2)"},
     {"flows_max_wraps_with_two_queues", "queues: [0, 1]\nflows: { max: 4294967295 }\n", 2,
-     "flows.max", "bytes per flow), more than this machine's memory"},
+     "flows.max", "per flows.regulated_max), more than this machine's memory"},
     {"flows_max_per_worker_index", "flows: { max: 4294967295 }\n", 1, "flows.max",
      "4294967295 flows per queue's worker, more than its flow table can index (2147483648)"},
     {"path_foreign_rate_zero", "rsfc: { tuning: { path_foreign_rate: 0 } }\n", 1,
@@ -839,6 +839,15 @@ TEST(FlowsPerWorker, SharesFlowsMaxBetweenQueues) {
   EXPECT_EQ(flows_per_worker(c), 2'147'483'648u);
 }
 
+// flows.regulated_max is shared out between the workers like flows.max (rounded up).
+TEST(Flows, RegulatedMaxIsSharedOutBetweenWorkers) {
+  EXPECT_EQ(Config{}.regulated_max, 60000u);
+  const Config c = parse_config("queues: [0, 1, 2]\nflows: { max: 30, regulated_max: 10 }\n");
+  EXPECT_EQ(c.regulated_max, 10u);
+  EXPECT_EQ(regulated_per_worker(c), 4u);
+  EXPECT_EQ(flows_per_worker(c), 10u);
+}
+
 TEST(RestartOnly, ListsChangedRestartOnlyKeys) {
   const Config a = parse_config(kContractExample);
   EXPECT_TRUE(restart_only_differences(a, a).empty());
@@ -864,6 +873,7 @@ TEST(RestartOnly, ListsChangedRestartOnlyKeys) {
       {"queue.socket_buffer_bytes", [](Config& c) { c.socket_rcvbuf = 1 << 20; }},
       {"queue.batch", [](Config& c) { c.batch_size = 8; }},
       {"flows.max", [](Config& c) { c.flows_max = 10; }},
+      {"flows.regulated_max", [](Config& c) { c.regulated_max = 10; }},
       {"metrics.listen", [](Config& c) { c.metrics_listen = ""; }},
   };
   Config all = a;

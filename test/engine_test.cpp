@@ -8,6 +8,9 @@
 #include <array>
 #include <deque>
 #include <functional>
+#include <memory>
+#include <random>
+#include <set>
 
 #include "packet_builder.h"
 #include "rsfc/core/rsfc_controller.h"
@@ -39,7 +42,7 @@ struct Sent {
 // A connection between a phone and a server, seen at the gateway.
 class Conn {
  public:
-  Conn(Engine& e, bool v6 = false) : e_(e) {
+  Conn(Engine& e, bool v6 = false, uint16_t port = 40000) : e_(e), port_(port) {
     phone_ = v6 ? "2001:2:0:1::2" : "198.18.0.2";
     server_ = v6 ? "2001:2:0:2::2" : "198.19.0.2";
   }
@@ -48,7 +51,7 @@ class Conn {
   Sent from_phone(TcpSpec s) {
     s.src = phone_;
     s.dst = server_;
-    s.sport = 40000;
+    s.sport = port_;
     s.dport = 443;
     return run(s);
   }
@@ -56,7 +59,7 @@ class Conn {
     s.src = server_;
     s.dst = phone_;
     s.sport = 443;
-    s.dport = 40000;
+    s.dport = port_;
     return run(s);
   }
   // SYN from the phone, SYN-ACK from the server, ACK from the phone.
@@ -73,6 +76,11 @@ class Conn {
                  .mss = 1460,
                  .wscale = server_ws});
     from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502});
+  }
+  // The phone's first `len` bytes of payload (after handshake()): an upload starts.
+  Sent phone_data(size_t len) {
+    return from_phone(
+        {.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502, .payload_len = len});
   }
   // A server ACK for `acked` phone bytes advertising `raw` (as the server wrote it).
   Sent server_ack(uint32_t acked, uint16_t raw, size_t payload = 0) {
@@ -108,6 +116,7 @@ class Conn {
     return out;
   }
   Engine& e_;
+  uint16_t port_;
   std::string phone_, server_;
 };
 
@@ -898,7 +907,7 @@ TEST(EngineRsfc, ObserveLogsDecisionsButNeverModifies) {
 }
 
 // The regulated uploads of one subscriber address share one SubscriberUplink; the entry
-// lives as long as one of its flows does.
+// lives as long as one of its flows does. A flow is regulated from its first payload.
 TEST(EngineRsfc, FlowsOfOneSubscriberShareOneState) {
   EngineParams p = static_params(65535);
   p.uplink.policy = Policy::kRsfc;
@@ -906,18 +915,26 @@ TEST(EngineRsfc, FlowsOfOneSubscriberShareOneState) {
   Engine e(64, p);
   auto syn = [&](const std::string& phone, uint16_t sport, Nanos at) {
     const bool v6 = phone.find(':') != std::string::npos;
-    std::vector<uint8_t> b = testpkt::build({.src = phone,
-                                             .dst = v6 ? "2001:2:0:2::2" : "198.19.0.2",
-                                             .sport = sport,
-                                             .dport = 443,
-                                             .seq = kPhoneIsn,
-                                             .flags = tcpflag::kSyn,
-                                             .window = 64240,
-                                             .timestamps = true,
-                                             .tsval = 1});
+    TcpSpec s{.src = phone,
+              .dst = v6 ? "2001:2:0:2::2" : "198.19.0.2",
+              .sport = sport,
+              .dport = 443,
+              .seq = kPhoneIsn,
+              .flags = tcpflag::kSyn,
+              .window = 64240,
+              .timestamps = true,
+              .tsval = 1};
+    std::vector<uint8_t> b = testpkt::build(s);
     EXPECT_FALSE(e.process(b, at).modified);
+    const uint64_t before = e.counters().rsfc_subscribers.get();
+    s.seq = kPhoneIsn + 1;  // its upload starts (the handshake's other segments unseen)
+    s.flags = tcpflag::kAck;
+    s.payload_len = 100;
+    b = testpkt::build(s);
+    EXPECT_FALSE(e.process(b, at).modified);
+    return before;
   };
-  syn("198.18.0.2", 40000, kSecond);
+  EXPECT_EQ(syn("198.18.0.2", 40000, kSecond), 0u) << "no regulator before the payload";
   syn("198.18.0.2", 40001, kSecond);
   syn("198.18.0.3", 40000, kSecond);
   syn("2001:2:0:1::2", 40000, kSecond);  // v6 (different address family)
@@ -945,6 +962,14 @@ TEST(EngineRsfc, HostileSubscriberCountStaysWithinCapacity) {
         "198.18." + std::to_string((i >> 8) & 0xff) + "." + std::to_string(i & 0xff);
     std::vector<uint8_t> b = testpkt::build(
         {.src = phone, .dst = "198.19.0.2", .sport = 40000, .dport = 443, .flags = tcpflag::kSyn});
+    e.process(b, i * kMilli);
+    b = testpkt::build({.src = phone,
+                        .dst = "198.19.0.2",
+                        .sport = 40000,
+                        .dport = 443,
+                        .seq = 1,
+                        .flags = tcpflag::kAck,
+                        .payload_len = 10});
     e.process(b, i * kMilli);
     ASSERT_LE(e.counters().rsfc_subscribers.get(), 64u);
   }
@@ -1259,7 +1284,7 @@ TEST(EngineMetrics, FlowsPerStateFollowTheControllerOfEveryLiveFlow) {
   EXPECT_EQ(in_any_state(e), 1u) << "a SYN alone is no control step";
   c.from_server(
       {.seq = 9, .ack = 2, .flags = tcpflag::kSyn | tcpflag::kAck, .window = 65535, .wscale = 7});
-  c.from_phone({.seq = 2, .ack = 10, .window = 502});
+  c.from_phone({.seq = 2, .ack = 10, .window = 502, .payload_len = 100});
   c.from_server({.seq = 10, .ack = 2, .window = 1000});
   EXPECT_EQ(in_any_state(e), 2u);
   EXPECT_EQ(in_state(e, RsfcState::kStartup), last == RsfcState::kStartup ? 2u : 1u);
@@ -1276,6 +1301,7 @@ TEST(EngineMetrics, FlowsPerStateDropEvictedAndRestartedFlows) {
   Conn v4(e), v6(e, true);
   for (Conn* c : {&v4, &v6}) {
     c->handshake(7, 7);
+    c->phone_data(1000);
     c->server_ack(1000, 1000);
   }
   EXPECT_EQ(in_state(e, RsfcState::kStartup), 2u);
@@ -1290,8 +1316,8 @@ TEST(EngineMetrics, FlowsPerStateDropEvictedAndRestartedFlows) {
   v6.from_phone({.seq = 77, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
   v6.from_server(
       {.seq = 88, .ack = 78, .flags = tcpflag::kSyn | tcpflag::kAck, .window = 65535, .wscale = 7});
-  v6.from_phone({.seq = 78, .ack = 89, .window = 502});
-  v6.from_server({.seq = 89, .ack = 78, .window = 1000});
+  v6.from_phone({.seq = 78, .ack = 89, .window = 502, .payload_len = 100});
+  v6.from_server({.seq = 89, .ack = 178, .window = 1000});
   EXPECT_EQ(e.counters().flows_evicted.get(), 1u);
   EXPECT_EQ(e.active_flows(), 2u);
   EXPECT_EQ(in_state(e, RsfcState::kStartup), 1u) << "the old flow's count was kept";
@@ -1562,6 +1588,307 @@ TEST(EngineDownlinkRsfc, ReloadDrwaToRsfcToOff) {
     }
   }
   EXPECT_EQ(in_any_downlink_state(e), 0u);
+}
+
+}  // namespace
+}  // namespace rsfc
+
+// --- Regulator pools: a regulator only for flows a knob steers -------------------------
+
+namespace rsfc {
+namespace {
+
+uint64_t pool_used(const Engine& e, Knob k) {
+  return e.counters().regulator_pool_used[static_cast<size_t>(k)].get();
+}
+uint64_t pool_full(const Engine& e, Knob k) {
+  return e.counters().regulator_pool_full[static_cast<size_t>(k)].get();
+}
+
+TEST(EnginePool, ATrackedFlowCostsAtMost256Bytes) {
+  // Entry, hash buckets, owner lists and subscriber entry; regulators are in the pools.
+  EXPECT_LE(Engine::bytes_per_flow(), 256u);
+  EXPECT_GT(Engine::bytes_per_regulated_flow(),
+            sizeof(UplinkRegulator) + sizeof(DownlinkQueueRegulator));
+}
+
+// An upload under rsfc, checked against a reference controller that heard every segment from
+// the SYN on (as every flow's did before the pools): the engine's, started at the flow's
+// first payload with the handshake replayed to it, must take the same steps with the same
+// signals. `handshake_ack`: the phone ACKs the SYN-ACK before its first data (else its first
+// data segment is that ACK). `gap`: the data starts this long after the handshake.
+void expect_replayed_regulator_matches_live(bool timestamps, bool handshake_ack, Nanos gap) {
+  const EngineParams p = rsfc_params();
+  Engine e(16, p);
+  RecordingSink sink;
+  e.set_decision_sink(&sink);
+  UplinkRegulator ref;
+  SubscriberUplink shared;  // the flow is its subscriber's only upload
+  ref.attach(&shared);
+  const std::string phone = "198.18.0.2", server = "198.19.0.2";
+  const uint8_t scale = 7;
+  size_t ref_steps = 0;
+  auto process = [&](TcpSpec s, Nanos at) {
+    const bool from_phone = s.src == phone;
+    s.sport = from_phone ? 40000 : 443;
+    s.dport = from_phone ? 443 : 40000;
+    s.timestamps = timestamps;
+    std::vector<uint8_t> b = testpkt::build(s);
+    PacketView in;
+    ASSERT_EQ(parse_packet(b, in), ParseError::kNone);
+    const size_t before = sink.records.size();
+    e.process(b, at);
+    PacketView out;
+    ASSERT_EQ(parse_packet(b, out), ParseError::kNone);
+    const TcpSegment seg = TcpSegment::from_view(in);
+    if (from_phone) {
+      ref.on_uplink_segment(at, seg, p.rsfc);
+      return;
+    }
+    ref.on_downlink_segment(at, seg, p.rsfc);
+    if (seg.syn() || !seg.ack_flag()) return;
+    const WindowDecision d = ref.target_window(at, p.rsfc);
+    ASSERT_EQ(sink.records.size(), before + (d.stepped ? 1 : 0)) << "at " << at;
+    if (d.stepped) {
+      ++ref_steps;
+      const DecisionRecord& r = sink.records.back();
+      EXPECT_STREQ(r.state, ref.state_name()) << "at " << at;
+      EXPECT_EQ(r.rate_bps, ref.rate() * 8) << "at " << at;
+      EXPECT_EQ(r.target_bytes,
+                std::max<uint64_t>(d.window == kNoClamp ? 0 : d.window, p.min_window_bytes));
+      EXPECT_EQ(r.timestamps, ref.timestamps());
+      if (ref.t_buff()) {
+        EXPECT_DOUBLE_EQ(r.t_buff_ms, static_cast<double>(*ref.t_buff()) / 1e6);
+      }
+      if (ref.rtt_min()) {
+        EXPECT_DOUBLE_EQ(r.rtt_min_ms, static_cast<double>(*ref.rtt_min()) / 1e6);
+      }
+    }
+    ref.on_window_forwarded(at, right_edge(out.ack, out.window, scale), p.rsfc);
+  };
+  const Nanos t0 = kSecond;
+  process({.src = phone,
+           .dst = server,
+           .seq = kPhoneIsn,
+           .flags = tcpflag::kSyn,
+           .window = 64240,
+           .mss = 1400,
+           .wscale = scale,
+           .tsval = 1000},
+          t0);
+  process({.src = server,
+           .dst = phone,
+           .seq = kServerIsn,
+           .ack = kPhoneIsn + 1,
+           .flags = tcpflag::kSyn | tcpflag::kAck,
+           .window = 65535,
+           .mss = 1380,
+           .wscale = scale,
+           .tsval = 777,
+           .tsecr = 1000},
+          t0 + 40 * kMilli);
+  Nanos t = t0 + 75 * kMilli;
+  if (handshake_ack) {
+    process({.src = phone,
+             .dst = server,
+             .seq = kPhoneIsn + 1,
+             .ack = kServerIsn + 1,
+             .window = 502,
+             .tsval = 1075,
+             .tsecr = 777},
+            t);
+  }
+  uint32_t sent = 0, server_ts = 777;
+  for (t += gap; t < t0 + 6 * kSecond; t += 5 * kMilli) {
+    const Nanos queue = std::min<Nanos>((t - t0) / 10, kSecond);
+    const auto tsval = static_cast<uint32_t>(1000 + (t - t0) / kMilli);
+    process({.src = phone,
+             .dst = server,
+             .seq = kPhoneIsn + 1 + sent,
+             .ack = kServerIsn + 1,
+             .window = 502,
+             .tsval = tsval,
+             .tsecr = server_ts,
+             .payload_len = 1380},
+            t + queue);
+    sent += 1380;
+    server_ts = static_cast<uint32_t>(777 + (t + queue - t0) / kMilli);
+    process({.src = server,
+             .dst = phone,
+             .seq = kServerIsn + 1,
+             .ack = kPhoneIsn + 1 + sent,
+             .window = 20000,
+             .tsval = server_ts,
+             .tsecr = tsval},
+            t + queue + kMilli);
+  }
+  EXPECT_GT(ref_steps, 20u);
+  EXPECT_EQ(sink.records.size(), ref_steps);
+  EXPECT_EQ(pool_used(e, Knob::kUplink), 1u);
+  e.set_decision_sink(nullptr);
+}
+
+TEST(EnginePool, AReplayedHandshakeDecidesAsIfHeardLive) {
+  for (bool ts : {true, false}) {
+    for (bool ack : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "timestamps " << ts << ", handshake ACK " << ack);
+      expect_replayed_regulator_matches_live(ts, ack, 0);
+    }
+    // A late upload (its handshake ACK came long before it).
+    SCOPED_TRACE(testing::Message() << "timestamps " << ts << ", late");
+    expect_replayed_regulator_matches_live(ts, true, 3 * kSecond);
+  }
+}
+
+// Three uploads, two slots: the third flow passes its knob untouched (its server ACKs
+// keep the window the others have clamped) and is counted once, however many segments it
+// sends; the others are regulated.
+TEST(EnginePool, FullPoolLeavesNewFlowsUntouchedAndCountsThemOnce) {
+  EngineParams p = rsfc_params();
+  p.rsfc.initial_window_bytes = 8000;  // the startup clamp rewrites the servers' 60000 << 7
+  Engine e(16, p, 0x5eed, 2);
+  EXPECT_EQ(e.regulated_max(), 2u);
+  std::vector<std::unique_ptr<Conn>> conns;
+  for (int i = 0; i < 3; ++i) {
+    conns.push_back(std::make_unique<Conn>(e, false, static_cast<uint16_t>(40000 + i)));
+    conns.back()->handshake(7, 7);
+  }
+  EXPECT_EQ(pool_used(e, Knob::kUplink), 0u) << "no payload yet: nothing to regulate";
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 3; ++i) {
+      Conn& c = *conns[static_cast<size_t>(i)];
+      c.from_phone({.seq = kPhoneIsn + 1 + 1000u * static_cast<uint32_t>(round),
+                    .ack = kServerIsn + 1,
+                    .window = 502,
+                    .payload_len = 1000});
+      const Sent s = c.server_ack(1000u * static_cast<uint32_t>(round + 1), 60000);
+      if (i < 2) {
+        EXPECT_TRUE(s.result.modified) << "flow " << i << " is regulated";
+      } else {
+        EXPECT_FALSE(s.result.modified) << "the third flow passes untouched";
+        EXPECT_EQ(s.result.outcome, Outcome::kPassed);
+      }
+    }
+  }
+  EXPECT_EQ(pool_used(e, Knob::kUplink), 2u);
+  EXPECT_EQ(pool_full(e, Knob::kUplink), 1u) << "once per flow, not per packet";
+  EXPECT_EQ(pool_used(e, Knob::kDownlink), 0u) << "downlink off: no downlink regulators";
+}
+
+// Slots come back when flows leave, however they leave: expiry, eviction, a restart on
+// reused ports; reloads keep them; after everything ends the pool is empty.
+TEST(EnginePool, SlotsAreReusedAfterFlowsLeaveAndNeverLeak) {
+  EngineParams p = rsfc_params();
+  p.downlink.policy = Policy::kRsfc;
+  p.embryonic_timeout = 5 * kSecond;
+  Engine e(4, p, 0x5eed, 2);
+  auto upload_and_download = [&](Conn& c) {
+    c.handshake(7, 7);
+    c.phone_data(1000);
+    c.server_ack(1000, 1000, 500);  // the server's data: a download starts too
+    c.from_phone({.seq = kPhoneIsn + 1001, .ack = kServerIsn + 501, .window = 502});
+  };
+  Conn a(e), b(e, true);
+  upload_and_download(a);
+  upload_and_download(b);
+  EXPECT_EQ(pool_used(e, Knob::kUplink), 2u);
+  EXPECT_EQ(pool_used(e, Knob::kDownlink), 2u);
+  // Reloads that change policies keep the slots (rsfc again continues them).
+  e.set_params(static_params(65535));
+  e.set_params(p);
+  EXPECT_EQ(pool_used(e, Knob::kUplink), 2u);
+  // b's ports are reused: RST, new SYN. Its regulators go with the old flow...
+  b.from_phone({.seq = kPhoneIsn + 1001, .flags = tcpflag::kRst});
+  b.from_phone({.seq = 77, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
+  EXPECT_EQ(pool_used(e, Knob::kUplink), 1u);
+  EXPECT_EQ(pool_used(e, Knob::kDownlink), 1u);
+  // ... and a new upload takes the free slot.
+  Conn c(e);
+  c.now = b.now;
+  std::vector<uint8_t> syn = testpkt::build({.src = "198.18.0.7",
+                                             .dst = "198.19.0.2",
+                                             .seq = 1,
+                                             .flags = tcpflag::kSyn,
+                                             .window = 64240,
+                                             .wscale = 7});
+  e.process(syn, c.now);
+  std::vector<uint8_t> data = testpkt::build({.src = "198.18.0.7",
+                                              .dst = "198.19.0.2",
+                                              .seq = 2,
+                                              .flags = tcpflag::kAck,
+                                              .payload_len = 100});
+  e.process(data, c.now);
+  EXPECT_EQ(pool_used(e, Knob::kUplink), 2u);
+  EXPECT_EQ(pool_full(e, Knob::kUplink), 0u);
+  // Fill the table (4 flows): a fifth evicts the least valuable, which gives its slots back.
+  for (int i = 0; i < 3; ++i) {
+    std::vector<uint8_t> s = testpkt::build({.src = "198.18.1." + std::to_string(i),
+                                             .dst = "198.19.0.2",
+                                             .seq = 1,
+                                             .flags = tcpflag::kSyn});
+    e.process(s, c.now);
+  }
+  EXPECT_GE(e.counters().flows_evicted.get(), 1u);
+  // Everything ends: the pools and the subscribers' shared states are empty.
+  e.expire(c.now + 1000 * kSecond);
+  EXPECT_EQ(e.active_flows(), 0u);
+  EXPECT_EQ(pool_used(e, Knob::kUplink), 0u);
+  EXPECT_EQ(pool_used(e, Knob::kDownlink), 0u);
+  EXPECT_EQ(e.counters().rsfc_subscribers.get(), 0u);
+  EXPECT_EQ(in_any_state(e), 0u);
+}
+
+// Random churn on a small table and pools: uploads, downloads, RSTs, port reuse, evictions,
+// reloads. The gauge always equals the flows holding a slot, never exceeds the pool, and
+// drains to zero with the flows.
+TEST(EnginePool, RandomChurnKeepsTheGaugeExactAndEndsEmpty) {
+  EngineParams p = rsfc_params();
+  p.downlink.policy = Policy::kDrwa;
+  Engine e(32, p, 0x5eed, 8);
+  std::mt19937 gen(7);
+  auto rng = [&gen] { return static_cast<uint32_t>(gen()); };
+  std::set<uint32_t> slots;  // flow-table slots the engine reported
+  Nanos now = kSecond;
+  for (int i = 0; i < 5000; ++i) {
+    now += kMilli;
+    const uint32_t phone = rng() % 6, port = 40000 + rng() % 12;
+    const bool from_phone = rng() % 2 == 0;
+    const uint32_t kind = rng() % 10;
+    TcpSpec s{.src = "198.18.0." + std::to_string(phone),
+              .dst = "198.19.0.2",
+              .sport = static_cast<uint16_t>(port),
+              .dport = 443,
+              .seq = rng(),
+              .ack = rng(),
+              .flags = kind == 0   ? tcpflag::kSyn
+                       : kind == 1 ? uint8_t(tcpflag::kSyn | tcpflag::kAck)
+                       : kind == 2 ? tcpflag::kRst
+                                   : tcpflag::kAck,
+              .window = 1000,
+              .payload_len = kind >= 6 ? 100u : 0u};
+    if (!from_phone) {
+      std::swap(s.src, s.dst);
+      std::swap(s.sport, s.dport);
+    }
+    std::vector<uint8_t> b = testpkt::build(s);
+    const PacketResult r = e.process(b, now);
+    if (r.flow != kNoFlow) slots.insert(r.flow);
+    if (i % 1000 == 999) e.set_params(i % 2000 == 999 ? rsfc_params(Policy::kObserve) : p);
+    if (i % 700 == 0) e.expire(now);
+    uint64_t up = 0, down = 0;
+    for (uint32_t f : slots) {
+      up += e.flow(f).in_use && e.flow(f).up_slot != kNoSlot;
+      down += e.flow(f).in_use && e.flow(f).down_slot != kNoSlot;
+    }
+    ASSERT_EQ(pool_used(e, Knob::kUplink), up) << "packet " << i;
+    ASSERT_EQ(pool_used(e, Knob::kDownlink), down) << "packet " << i;
+    ASSERT_LE(up, 8u);
+  }
+  EXPECT_GT(pool_full(e, Knob::kUplink), 0u) << "the churn should overflow the pool";
+  e.expire(now + 1000 * kSecond);
+  EXPECT_EQ(pool_used(e, Knob::kUplink), 0u);
+  EXPECT_EQ(pool_used(e, Knob::kDownlink), 0u);
+  EXPECT_EQ(e.counters().rsfc_subscribers.get(), 0u);
 }
 
 }  // namespace

@@ -114,6 +114,8 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
   core3.downlink_flows_in_state[static_cast<size_t>(DownlinkState::kDrain)].set(4);
   core3.downlink_windows_applied.add(21);
   core7.downlink_flows_no_timestamps.add(3);
+  core3.regulator_pool_used[static_cast<size_t>(Knob::kUplink)].set(17);
+  core7.regulator_pool_full[static_cast<size_t>(Knob::kDownlink)].add(9);
   const std::string t = render();
 
   const std::string not_tcp = to_string(ParseError::kNotTcp);
@@ -141,6 +143,11 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
            "rsfcd_handshake_ignored_total{queue=\"3\",kind=\"syn\"} 0",
            "# TYPE rsfcd_handshake_ignored_total counter",
            "rsfcd_flows_subscriber_cap_total{queue=\"7\",action=\"untracked\"} 2",
+           "rsfcd_regulator_pool_used{queue=\"3\",knob=\"uplink\"} 17",
+           "rsfcd_regulator_pool_used{queue=\"3\",knob=\"downlink\"} 0",
+           "# TYPE rsfcd_regulator_pool_used gauge",
+           "rsfcd_regulator_pool_full_total{queue=\"7\",knob=\"downlink\"} 9",
+           "# TYPE rsfcd_regulator_pool_full_total counter",
            "rsfcd_flows_subscriber_cap_total{queue=\"7\",action=\"evicted_own\"} 0",
            "rsfcd_downlink_flows{queue=\"3\",state=\"drain\"} 4",
            "rsfcd_downlink_flows{queue=\"3\",state=\"no_timestamps\"} 0",

@@ -53,12 +53,37 @@ TEST(SubscriberTable, FlowsAndRegulatorsHoldTheEntry) {
   t.release(a);
   EXPECT_EQ(t.attached(), 0u);
   EXPECT_EQ(t.size(), 1u) << "still held by its flows";
+  EXPECT_EQ(t.acquire(addr(1), 11), a);
   EXPECT_EQ(t.at(a).total_bytes(), 0u) << "the shared state starts afresh";
+  t.release(a);
   t.remove_flow(a);
   t.remove_flow(a);
   EXPECT_EQ(t.size(), 0u);
   t.remove_flow(a);  // once too often: ignored
   EXPECT_EQ(t.size(), 0u);
+}
+
+// Only entries with regulators hold a shared uplink state, from a pool of `uplinks`: a new
+// address's first regulator is refused when all are held (the entry is not kept for it), and
+// a state let go is handed to the next address, fresh.
+TEST(SubscriberTable, SharedUplinksComeFromTheirOwnPool) {
+  SubscriberTable t(8, 2);
+  const uint32_t a = t.acquire(addr(1), 1);
+  const uint32_t b = t.acquire(addr(2), 2);
+  ASSERT_NE(a, SubscriberTable::kNone);
+  ASSERT_NE(b, SubscriberTable::kNone);
+  EXPECT_EQ(t.acquire(addr(1), 1), a) << "a second regulator of a held address shares it";
+  EXPECT_EQ(t.refs(a), 2u);
+  EXPECT_EQ(t.acquire(addr(3), 3), SubscriberTable::kNone);
+  EXPECT_EQ(t.size(), 2u) << "the refused address holds no entry";
+  const uint32_t c = t.add_flow(addr(3), 3);
+  EXPECT_EQ(t.refs(c), 0u);
+  t.at(b).on_delivered(kSecond, 1000, kSecond / 10);
+  t.release(b);
+  EXPECT_EQ(t.size(), 2u) << "b had no flows: its entry went with its last regulator";
+  EXPECT_EQ(t.acquire(addr(3), 3), c);
+  EXPECT_EQ(t.at(c).total_bytes(), 0u) << "b's state, started afresh";
+  EXPECT_EQ(t.attached(), 2u);
 }
 
 TEST(SubscriberTable, FullTableRefusesNewAddressesAndRecovers) {

@@ -9,30 +9,45 @@
 #include "rsfc/core/estimators.h"
 #include "rsfc/core/flow_table.h"
 #include "rsfc/core/rsfc_controller.h"
+#include "rsfc/core/slot_pool.h"
 #include "rsfc/core/subscriber_table.h"
 #include "rsfc/core/window.h"
 
 namespace rsfc {
 
-// The downlink knob's regulator: DRWA (policies drwa and observe) or the downlink queue
-// regulator (rsfc); none until the flow's first segment under one of them. One slot: a reload
-// that changes the kind starts a fresh regulator of the new kind.
-using DownlinkSlot = std::variant<std::monostate, DownlinkRegulator, DownlinkQueueRegulator>;
+// Regulators are per flow, but only flows a knob steers need one: they live in one pool per
+// knob (RegulatorPools, flows.regulated_max slots each), and a flow refers to its slots by
+// index (Flow::up_slot, down_slot). A tracked flow costs its entry alone (bytes_per_flow()).
 
-// Regulator state per flow, parallel to the flow table.
-struct FlowRegulators {
+// The uplink knob's regulator (policies rsfc and observe), from the flow's first payload from
+// the phone (uplink_slot()), and what the engine has counted of it.
+struct UplinkSlot {
   UplinkRegulator up;
-  DownlinkSlot down;
   RsfcState counted_state = RsfcState::kStartup;
-  DownlinkState counted_down_state = DownlinkState::kStartup;
-  bool in_state_gauge = false;            // counted in rsfc_flows_in_state[counted_state]
-  bool in_down_gauge = false;             // counted in downlink_flows_in_state[counted_down_state]
-  bool counted_down_no_ts = false;        // counted in downlink_flows_no_timestamps
-  bool counted_no_ts = false;             // counted in flows_no_timestamps (rsfc)
-  bool counted_tick = false;              // counted in rsfc_tick_estimates
-  uint32_t counted_path_rebaselines = 0;  // of up.path_rebaselines(), in the counter
+  bool in_state_gauge = false;                   // counted in rsfc_flows_in_state[counted_state]
+  bool counted_no_ts = false;                    // counted in flows_no_timestamps (rsfc)
+  bool counted_tick = false;                     // counted in rsfc_tick_estimates
+  uint32_t counted_path_rebaselines = 0;         // of up.path_rebaselines(), in the counter
   uint32_t subscriber = SubscriberTable::kNone;  // entry up is attached to
 };
+
+// The downlink knob's regulator: DRWA (policies drwa and observe) or the downlink queue
+// regulator (rsfc), from the flow's first payload to the phone under one of them
+// (feed_downlink()). One slot: a reload that changes the kind starts a fresh regulator of the
+// new kind in it.
+struct DownlinkSlot {
+  std::variant<std::monostate, DownlinkRegulator, DownlinkQueueRegulator> down;
+  DownlinkState counted_down_state = DownlinkState::kStartup;
+  bool in_down_gauge = false;       // counted in downlink_flows_in_state[counted_down_state]
+  bool counted_down_no_ts = false;  // counted in downlink_flows_no_timestamps
+};
+
+struct RegulatorPools {
+  explicit RegulatorPools(uint32_t n) : up(n), down(n) {}
+  SlotPool<UplinkSlot> up;
+  SlotPool<DownlinkSlot> down;
+};
+static_assert(SlotPool<UplinkSlot>::kNone == kNoSlot);
 
 const char* to_string(Policy p) {
   switch (p) {
@@ -153,27 +168,78 @@ void describe_downlink(DecisionRecord& rec, const DownlinkQueueRegulator& q) {
   rec.q_down_ms = ms_or_unknown(q.q_down());
 }
 
-// What the regulator of the knob in `dir` tells the decision log.
-void describe_regulator(DecisionRecord& rec, const FlowRegulators& r, Direction dir) {
-  if (dir == Direction::kToSubscriber) {
-    describe_uplink(rec, r.up);
-  } else if (const auto* q = std::get_if<DownlinkQueueRegulator>(&r.down)) {
+// What the downlink knob's regulator tells the decision log.
+void describe_regulator(DecisionRecord& rec, const DownlinkSlot& s) {
+  if (const auto* q = std::get_if<DownlinkQueueRegulator>(&s.down)) {
     describe_downlink(rec, *q);
-  } else if (const auto* d = std::get_if<DownlinkRegulator>(&r.down)) {
+  } else if (const auto* d = std::get_if<DownlinkRegulator>(&s.down)) {
     describe_downlink(rec, *d);
   }
 }
 
+// Keeps when a handshake segment passed (ns after the flow's start) and its TSval, for
+// replay_handshake(); a time that does not fit in 32 bits drops the record.
+void note_segment(Flow& f, uint32_t& at, uint32_t& tsval, const PacketView& v, Nanos now) {
+  const Nanos dt = now - f.created;
+  if (dt < 0 || dt > Nanos{UINT32_MAX}) f.hs.kept = false;
+  at = static_cast<uint32_t>(dt);
+  tsval = v.opts.has_timestamps ? v.opts.tsval : 0;
+}
+
+// Plays the flow's handshake (its HandshakeRecord and endpoints) to a regulator started after
+// it, as the segments came: the opener's SYN (twice when it was retransmitted, so that the
+// regulator leaves its half out as it would have: Karn), the SYN-ACK (likewise), the opener's
+// ACK of it. Nothing when the opener's SYN was not seen, or the record was dropped: the
+// regulator then starts as on a flow first seen mid-stream.
+template <typename Regulator, typename Params>
+void replay_handshake(const Flow& f, Regulator& reg, const Params& p) {
+  const HandshakeRecord& h = f.hs;
+  if (!h.kept || h.syns == 0) return;
+  const Endpoint& opener = f.sub_initiated ? f.sub : f.peer;
+  const Endpoint& answerer = f.sub_initiated ? f.peer : f.sub;
+  auto feed = [&](uint32_t at, bool from_opener, const TcpSegment& s) {
+    if (from_opener == f.sub_initiated) {
+      reg.on_uplink_segment(f.created + at, s, p);
+    } else {
+      reg.on_downlink_segment(f.created + at, s, p);
+    }
+  };
+  const TcpSegment syn{.seq = opener.isn,
+                       .flags = tcpflag::kSyn,
+                       .has_ts = opener.timestamps,
+                       .tsval = h.syn_tsval,
+                       .mss_option = opener.mss};
+  for (int i = 0; i < h.syns; ++i) feed(h.syn_at, true, syn);
+  const TcpSegment synack{.seq = answerer.isn,
+                          .ack = opener.isn + 1,
+                          .flags = tcpflag::kSyn | tcpflag::kAck,
+                          .has_ts = answerer.timestamps,
+                          .tsval = h.synack_tsval,
+                          .tsecr = h.syn_tsval,
+                          .mss_option = answerer.mss};
+  for (int i = 0; i < h.synacks; ++i) feed(h.synack_at, false, synack);
+  if (!h.ack_seen) return;
+  const TcpSegment ack{.seq = opener.isn + 1,
+                       .ack = answerer.isn + 1,
+                       .flags = tcpflag::kAck,
+                       .has_ts = h.ack_ts,
+                       .tsval = h.ack_tsval,
+                       .tsecr = h.synack_tsval};
+  feed(h.ack_at, true, ack);
+}
+
 }  // namespace
 
-Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_seed)
+Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_seed,
+               uint32_t regulated_max)
     : params_(params),
       down_params_(downlink_params_from(params.rsfc)),
       flows_(std::make_unique<FlowTable>(flows_max, hash_seed)),
-      // One entry per tracked flow at most, plus the one of a flow being added to a full table.
-      subscribers_(std::make_unique<SubscriberTable>(flows_max + 1)) {
-  regs_.reserve(flows_max);
-}
+      // One entry per tracked flow at most, plus the one of a flow being added to a full table;
+      // a shared uplink state per uplink regulator at most.
+      subscribers_(std::make_unique<SubscriberTable>(
+          flows_max + 1, std::max(1u, std::min(regulated_max, flows_max)))),
+      regs_(std::make_unique<RegulatorPools>(std::min(regulated_max, flows_max))) {}
 
 Engine::~Engine() = default;
 
@@ -183,13 +249,13 @@ void Engine::set_params(const EngineParams& params) {
     // The controller stops running for every flow: none of them is in one of its states any
     // longer (a flow re-enters the gauge at its next step if a later reload brings rsfc or
     // observe back). One walk per such reload, never per packet.
-    for (uint32_t idx = 0; idx < regs_.size(); ++idx) leave_state_gauge(idx);
+    regs_->up.for_each_taken([this](UplinkSlot& s) { leave_state_gauge(s); });
   }
   if (params_.downlink.policy == Policy::kRsfc && params.downlink.policy != Policy::kRsfc) {
     // Likewise for the downlink queue regulator. Its flows keep their regulators until a
     // segment under another kind (drwa, observe) replaces them; under off or static they
     // rest, and rsfc again continues them.
-    for (uint32_t idx = 0; idx < regs_.size(); ++idx) leave_down_gauge(idx);
+    regs_->down.for_each_taken([this](DownlinkSlot& s) { leave_down_gauge(s); });
   }
   params_ = params;
   down_params_ = downlink_params_from(params_.rsfc);
@@ -199,36 +265,51 @@ size_t Engine::active_flows() const {
   return flows_->size();
 }
 size_t Engine::bytes_per_flow() {
-  return FlowTable::bytes_per_flow() + sizeof(FlowRegulators) + SubscriberTable::bytes_per_entry();
+  return FlowTable::bytes_per_flow() + SubscriberTable::bytes_per_entry();
+}
+size_t Engine::bytes_per_regulated_flow() {
+  return SlotPool<UplinkSlot>::bytes_per_slot() + SlotPool<DownlinkSlot>::bytes_per_slot() +
+         SubscriberTable::bytes_per_uplink();
 }
 uint32_t Engine::flows_max() const {
   return flows_->capacity();
 }
-
-void Engine::reset_flow_state(uint32_t idx) {
-  if (idx >= regs_.size()) regs_.resize(idx + 1);  // grows only up to capacity (reserved)
-  forget_flow(idx);
-  regs_[idx] = FlowRegulators{};
+uint32_t Engine::regulated_max() const {
+  return regs_->up.capacity();
 }
 
-// A flow is being removed or reset: out of the per-state gauge, and its hold on its
-// subscriber's shared state released.
+// The flow's regulators go (it starts over, or leaves); call before its entry is reset.
+void Engine::reset_flow_state(uint32_t idx) {
+  forget_flow(idx);
+}
+
+// A flow is being removed or reset: out of the per-state gauges, its hold on its subscriber's
+// shared state released, its regulators' slots back in their pools.
 void Engine::forget_flow(uint32_t idx) {
-  if (idx >= regs_.size()) return;
-  FlowRegulators& r = regs_[idx];
-  if (r.subscriber != SubscriberTable::kNone) {
-    r.up.attach(nullptr);
-    subscribers_->release(r.subscriber);
-    r.subscriber = SubscriberTable::kNone;
-    counters_.rsfc_subscribers.set(subscribers_->attached());
+  Flow& f = flows_->at(idx);
+  if (f.up_slot != kNoSlot) {
+    UplinkSlot& s = regs_->up.at(f.up_slot);
+    if (s.subscriber != SubscriberTable::kNone) {
+      s.up.attach(nullptr);
+      subscribers_->release(s.subscriber);
+      s.subscriber = SubscriberTable::kNone;
+      counters_.rsfc_subscribers.set(subscribers_->attached());
+    }
+    leave_state_gauge(s);
+    regs_->up.release(f.up_slot);
+    f.up_slot = kNoSlot;
+    counters_.regulator_pool_used[static_cast<size_t>(Knob::kUplink)].set(regs_->up.used());
   }
-  leave_state_gauge(idx);
-  leave_down_gauge(idx);
+  if (f.down_slot != kNoSlot) {
+    leave_down_gauge(regs_->down.at(f.down_slot));
+    regs_->down.release(f.down_slot);
+    f.down_slot = kNoSlot;
+    counters_.regulator_pool_used[static_cast<size_t>(Knob::kDownlink)].set(regs_->down.used());
+  }
 }
 
 // Takes a flow out of the per-state gauge (it is being removed, or changes state).
-void Engine::leave_state_gauge(uint32_t idx) {
-  FlowRegulators& r = regs_[idx];
+void Engine::leave_state_gauge(UplinkSlot& r) {
   if (r.in_state_gauge) {
     Counter& c = counters_.rsfc_flows_in_state[static_cast<size_t>(r.counted_state)];
     c.set(c.get() - 1);
@@ -237,8 +318,7 @@ void Engine::leave_state_gauge(uint32_t idx) {
 }
 
 // The same for the downlink queue regulator's per-state gauge.
-void Engine::leave_down_gauge(uint32_t idx) {
-  FlowRegulators& r = regs_[idx];
+void Engine::leave_down_gauge(DownlinkSlot& r) {
   if (r.in_down_gauge) {
     Counter& c = counters_.downlink_flows_in_state[static_cast<size_t>(r.counted_down_state)];
     c.set(c.get() - 1);
@@ -398,12 +478,13 @@ uint32_t Engine::subscriber_hash(const FlowKey& key) const {
   if (v.syn() && !v.ack_flag()) {
     if (!on_syn(idx, v, dir, now, r)) return false;
   } else if (v.syn()) {
-    if (!on_syn_ack(idx, v, dir, r.new_flow)) return false;
+    if (!on_syn_ack(idx, v, dir, r.new_flow, now)) return false;
   } else if (v.rst()) {
     f.state = FlowState::kClosed;
     flows_->set_class(idx, FlowClass::kClosed);
   } else {
     if (v.fin()) sender.fin_seen = true;
+    note_handshake_ack(f, v, dir, now);
     if (f.state == FlowState::kSynAckSeen && v.ack_flag()) {
       f.state = FlowState::kEstablished;
       flows_->set_class(idx, FlowClass::kEstablished);
@@ -449,8 +530,8 @@ bool Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now,
     return false;
   }
   if (restart) {
+    reset_flow_state(idx);  // first: the entry's restart forgets its regulator slots
     flows_->restart(idx, now);
-    reset_flow_state(idx);
     r.new_flow = true;
   }
   learn_syn(sender, v);
@@ -458,8 +539,25 @@ bool Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now,
     f.state = FlowState::kSynSeen;
     f.sub_initiated = dir == Direction::kFromSubscriber;
   }
+  if ((dir == Direction::kFromSubscriber) == f.sub_initiated) {  // the opener's (not a
+    note_segment(f, f.hs.syn_at, f.hs.syn_tsval, v, now);        // simultaneous open's)
+    if (f.hs.syns < 2) ++f.hs.syns;
+  }
   flows_->set_class(idx, FlowClass::kTentative);
   return true;
+}
+
+// The opener's ACK of the SYN-ACK, for replay_handshake(). One that carries payload is not
+// kept: it is the first payload its way, which starts that knob's regulator (and is fed to it).
+void Engine::note_handshake_ack(Flow& f, const PacketView& v, Direction dir, Nanos now) {
+  const Endpoint& answerer = f.sub_initiated ? f.peer : f.sub;
+  if (f.hs.ack_seen || f.hs.synacks == 0 || !v.ack_flag() || v.payload_len > 0 ||
+      (dir == Direction::kFromSubscriber) != f.sub_initiated || v.ack != answerer.isn + 1) {
+    return;
+  }
+  note_segment(f, f.hs.ack_at, f.hs.ack_tsval, v, now);
+  f.hs.ack_seen = true;
+  f.hs.ack_ts = v.opts.has_timestamps;
 }
 
 // A SYN-ACK re-learns its sender, and sets the window scales, only as the answer to the SYN
@@ -467,7 +565,7 @@ bool Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now,
 // SYN-ACK seen, not yet ACKed). The flow's first packet is learned from as before (its
 // handshake was not seen: nothing is in force). Anything else is ignored and counted, but a
 // retransmission with the ISN and ACK already seen (the final ACK was lost) only ignored.
-bool Engine::on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool first) {
+bool Engine::on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool first, Nanos now) {
   Flow& f = flows_->at(idx);
   Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
   const Endpoint& receiver = dir == Direction::kToSubscriber ? f.sub : f.peer;
@@ -476,6 +574,9 @@ bool Engine::on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool f
   if (first || (open && answers)) {
     learn_syn(sender, v);
     learn_syn_ack(f, v, dir);
+    // The first answer is timed (a retransmission only counted, as the regulators do).
+    if (f.hs.synacks == 0) note_segment(f, f.hs.synack_at, f.hs.synack_tsval, v, now);
+    if (f.hs.synacks < 2) ++f.hs.synacks;
     return true;
   }
   const bool repeat = sender.syn_seen && sender.isn == v.seq && (answers || !receiver.syn_seen);
@@ -492,31 +593,70 @@ bool Engine::on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool f
   const bool up_fed = feeds_regulator(params_.uplink.policy);
   const bool down_fed = feeds_regulator(params_.downlink.policy);
   if (!up_fed && !down_fed) return;
-  FlowRegulators& regs = regs_[idx];
-  if (params_.uplink.policy == Policy::kRsfc && params_.rsfc.per_subscriber &&
-      regs.subscriber == SubscriberTable::kNone) {
-    join_subscriber(idx);
-  }
   const TcpSegment seg = TcpSegment::from_view(v);
   const bool from_phone = dir == Direction::kFromSubscriber;
-  if (up_fed) {
+  UplinkSlot* up = up_fed ? uplink_slot(idx, seg, from_phone) : nullptr;
+  if (up != nullptr) {
+    if (params_.uplink.policy == Policy::kRsfc && params_.rsfc.per_subscriber &&
+        up->subscriber == SubscriberTable::kNone) {
+      join_subscriber(idx, *up);
+    }
     if (from_phone) {
-      regs.up.on_uplink_segment(now, seg, params_.rsfc);
+      up->up.on_uplink_segment(now, seg, params_.rsfc);
     } else {
-      regs.up.on_downlink_segment(now, seg, params_.rsfc);
+      up->up.on_downlink_segment(now, seg, params_.rsfc);
     }
   }
   if (down_fed) feed_downlink(idx, seg, from_phone, now);
 }
 
+// The flow's uplink regulator; nullptr until its first payload from the phone (the knob steers
+// only uploads), and for good when the pool was full then. A new one hears the handshake first.
+UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_phone) {
+  Flow& f = flows_->at(idx);
+  if (f.up_slot != kNoSlot) return &regs_->up.at(f.up_slot);
+  if (!from_phone || seg.payload_len == 0 || seg.syn() || f.up_refused) return nullptr;
+  const size_t k = static_cast<size_t>(Knob::kUplink);
+  f.up_slot = regs_->up.acquire();
+  if (f.up_slot == kNoSlot) {
+    f.up_refused = true;
+    counters_.regulator_pool_full[k].add();
+    return nullptr;
+  }
+  counters_.regulator_pool_used[k].set(regs_->up.used());
+  UplinkSlot& s = regs_->up.at(f.up_slot);
+  if (params_.uplink.policy == Policy::kRsfc && params_.rsfc.per_subscriber) {
+    join_subscriber(idx, s);  // before the handshake, as when it was fed live
+  }
+  replay_handshake(f, s.up, params_.rsfc);
+  return &s;
+}
+
 // The downlink knob's regulator of the policy's kind (rsfc: the queue regulator; drwa and
-// observe: DRWA), started fresh on the flow's first segment or when a reload changed the kind.
+// observe: DRWA): from the flow's first payload to the phone (the knob steers only downloads;
+// none for good when the pool was full then), hearing the handshake first; started fresh
+// when a reload changed the kind.
 [[gnu::always_inline]] inline void Engine::feed_downlink(uint32_t idx, const TcpSegment& seg,
                                                          bool from_phone, Nanos now) {
-  DownlinkSlot& slot = regs_[idx].down;
+  Flow& f = flows_->at(idx);
+  const bool fresh = f.down_slot == kNoSlot;
+  if (fresh) {
+    if (from_phone || seg.payload_len == 0 || seg.syn() || f.down_refused) return;
+    const size_t k = static_cast<size_t>(Knob::kDownlink);
+    f.down_slot = regs_->down.acquire();
+    if (f.down_slot == kNoSlot) {
+      f.down_refused = true;
+      counters_.regulator_pool_full[k].add();
+      return;
+    }
+    counters_.regulator_pool_used[k].set(regs_->down.used());
+  }
+  DownlinkSlot& ds = regs_->down.at(f.down_slot);
+  auto& slot = ds.down;
   if (params_.downlink.policy == Policy::kRsfc) {
     auto* q = std::get_if<DownlinkQueueRegulator>(&slot);
     if (q == nullptr) q = &slot.emplace<DownlinkQueueRegulator>();
+    if (fresh) replay_handshake(f, *q, down_params_);
     if (from_phone) {
       q->on_uplink_segment(now, seg, down_params_);
     } else {
@@ -526,9 +666,10 @@ bool Engine::on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool f
   }
   auto* d = std::get_if<DownlinkRegulator>(&slot);
   if (d == nullptr) {
-    leave_down_gauge(idx);  // the queue regulator it replaces
+    leave_down_gauge(ds);  // the queue regulator it replaces
     d = &slot.emplace<DownlinkRegulator>();
   }
+  if (fresh) replay_handshake(f, *d, params_.drwa);
   if (from_phone) {
     d->on_uplink_segment(now, seg, params_.drwa);
   } else {
@@ -574,9 +715,9 @@ bool Engine::on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool f
     receiver.right_edge = edge;
     receiver.edge_valid = true;
   }
-  FlowRegulators& regs = regs_[idx];
-  if (dir == Direction::kToSubscriber && feeds_regulator(params_.uplink.policy)) {
-    regs.up.on_window_forwarded(now, edge, params_.rsfc);
+  if (dir == Direction::kToSubscriber && feeds_regulator(params_.uplink.policy) &&
+      f.up_slot != kNoSlot) {
+    regs_->up.at(f.up_slot).up.on_window_forwarded(now, edge, params_.rsfc);
   }
 }
 
@@ -639,14 +780,14 @@ void Engine::emit_decision(DecisionRecord& rec, uint16_t raw, uint8_t scale) {
 
 // Attaches the flow's uplink regulator to its subscriber's shared state (SubscriberUplink):
 // the regulated uploads of one address fill one uplink buffer.
-void Engine::join_subscriber(uint32_t idx) {
-  FlowRegulators& r = regs_[idx];
+void Engine::join_subscriber(uint32_t idx, UplinkSlot& r) {
   const Flow& f = flows_->at(idx);
   IpAddr a;
   a.family = f.key.family;
   a.bytes = f.key.sub_addr;
   r.subscriber = subscribers_->acquire(a, subscriber_hash(f.key));
-  if (r.subscriber == SubscriberTable::kNone) return;  // cannot happen: one entry per flow
+  // Cannot happen: one entry per flow, one shared state per uplink regulator.
+  if (r.subscriber == SubscriberTable::kNone) return;
   if (subscribers_->refs(r.subscriber) == 1) counters_.rsfc_subscribers_created.add();
   r.up.attach(&subscribers_->at(r.subscriber));
   counters_.rsfc_subscribers.set(subscribers_->attached());
@@ -656,17 +797,25 @@ void Engine::join_subscriber(uint32_t idx) {
 // control step ran and a sink is set, fills `rec` (all but window_bytes) and sets `log`.
 uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
                                   bool& log) {
-  FlowRegulators& r = regs_[idx];
+  // No regulator (yet): the knob does not steer the flow.
+  const Flow& f = flows_->at(idx);
+  const uint32_t slot = dir == Direction::kToSubscriber ? f.up_slot : f.down_slot;
+  if (slot == kNoSlot) return UINT64_MAX;
   WindowDecision d;
   if (dir == Direction::kToSubscriber) {
-    d = r.up.target_window(now, params_.rsfc);
-    count_uplink_health(idx, d.window != kNoClamp);
+    UplinkSlot& s = regs_->up.at(slot);
+    d = s.up.target_window(now, params_.rsfc);
+    count_uplink_health(s, d.window != kNoClamp);
   } else {
-    d = downlink_target(idx, now);
+    d = downlink_target(regs_->down.at(slot), now);
   }
   const uint64_t target = d.window == kNoClamp ? UINT64_MAX : d.window;
   if (d.stepped && sink_) {
-    describe_regulator(rec, r, dir);
+    if (dir == Direction::kToSubscriber) {
+      describe_uplink(rec, regs_->up.at(slot).up);
+    } else {
+      describe_regulator(rec, regs_->down.at(slot));
+    }
     describe_flow(rec, idx, dir, now, target);
     log = true;  // apply_knob adds the window advertised and emits it
   }
@@ -674,11 +823,10 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, Decisi
 }
 
 // The downlink knob's regulator's target (no clamp before its first segment).
-WindowDecision Engine::downlink_target(uint32_t idx, Nanos now) {
-  FlowRegulators& r = regs_[idx];
+WindowDecision Engine::downlink_target(DownlinkSlot& r, Nanos now) {
   if (auto* q = std::get_if<DownlinkQueueRegulator>(&r.down)) {
     const WindowDecision d = q->target_window(now, down_params_);
-    count_downlink_health(idx);
+    count_downlink_health(r);
     return d;
   }
   if (auto* dr = std::get_if<DownlinkRegulator>(&r.down))
@@ -688,11 +836,10 @@ WindowDecision Engine::downlink_target(uint32_t idx, Nanos now) {
 
 // The downlink queue regulator's per-state gauge, and its flows without timestamps (left
 // alone: NO_TIMESTAMPS) counted once each.
-void Engine::count_downlink_health(uint32_t idx) {
-  FlowRegulators& r = regs_[idx];
+void Engine::count_downlink_health(DownlinkSlot& r) {
   const auto& q = std::get<DownlinkQueueRegulator>(r.down);
   if (!r.in_down_gauge || r.counted_down_state != q.state()) {
-    leave_down_gauge(idx);
+    leave_down_gauge(r);
     r.counted_down_state = q.state();
     Counter& c = counters_.downlink_flows_in_state[static_cast<size_t>(q.state())];
     c.set(c.get() + 1);
@@ -705,11 +852,10 @@ void Engine::count_downlink_health(uint32_t idx) {
 }
 
 // The uplink controller's per-state gauge and once-per-flow health counters.
-void Engine::count_uplink_health(uint32_t idx, bool clamps) {
-  FlowRegulators& r = regs_[idx];
+void Engine::count_uplink_health(UplinkSlot& r, bool clamps) {
   const UplinkRegulator& u = r.up;
   if (!r.in_state_gauge || r.counted_state != u.state()) {
-    leave_state_gauge(idx);
+    leave_state_gauge(r);
     r.counted_state = u.state();
     Counter& c = counters_.rsfc_flows_in_state[static_cast<size_t>(u.state())];
     c.set(c.get() + 1);

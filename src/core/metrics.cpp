@@ -18,6 +18,10 @@ const char* to_string(Direction d) {
   return "unknown";
 }
 
+const char* to_string(Knob k) {
+  return k == Knob::kUplink ? "uplink" : "downlink";
+}
+
 const char* to_string(Outcome o) {
   switch (o) {
     case Outcome::kPassed:
@@ -343,8 +347,8 @@ void downlink_state_family(Writer& w, const std::vector<QueueMetricsView>& qs) {
 template <typename E, size_t N>
 void labelled_family(Writer& w, const std::vector<QueueMetricsView>& qs, const char* name,
                      const char* help, const char* label_name,
-                     std::array<Counter, N> CoreCounters::*member) {
-  w.family(name, "counter", help);
+                     std::array<Counter, N> CoreCounters::*member, const char* type = "counter") {
+  w.family(name, type, help);
   for (const auto& q : qs) {
     if (q.core == nullptr) continue;
     for (size_t i = 0; i < N; ++i) {
@@ -365,12 +369,24 @@ void guard_families(Writer& w, const std::vector<QueueMetricsView>& qs) {
       "sequence space or with another ISN during the handshake. Retransmissions with the "
       "values already seen are not counted.",
       "kind", &CoreCounters::handshake_ignored);
+  labelled_family<Knob>(
+      w, qs, "rsfcd_regulator_pool_full_total",
+      "Flows that needed a regulator (their first payload the knob's way under a policy that "
+      "runs one) when the knob's pool of flows.regulated_max was full: they pass that knob "
+      "untouched for their life.",
+      "knob", &CoreCounters::regulator_pool_full);
   labelled_family<CapAction>(
       w, qs, "rsfcd_flows_subscriber_cap_total",
       "New flows of a subscriber at flows.max_per_subscriber: evicted_own counts the "
       "subscriber's own closed or embryonic flows given up for them, untracked the packets "
       "passed untracked because it had only established flows.",
       "action", &CoreCounters::flows_subscriber_cap);
+}
+
+void regulator_pool_family(Writer& w, const std::vector<QueueMetricsView>& qs) {
+  labelled_family<Knob>(w, qs, "rsfcd_regulator_pool_used",
+                        "Regulators in use now, of the knob's pool of flows.regulated_max.", "knob",
+                        &CoreCounters::regulator_pool_used, "gauge");
 }
 
 void processing_time_family(Writer& w, const std::vector<QueueMetricsView>& qs) {
@@ -413,6 +429,7 @@ std::string render_prometheus(const std::vector<QueueMetricsView>& qs, std::stri
   clamp_families(w, qs);
   queue_families(w, qs, &QueueMetricsView::core, kFlowFamilies);
   guard_families(w, qs);
+  regulator_pool_family(w, qs);
   rsfc_state_family(w, qs);
   queue_families(w, qs, &QueueMetricsView::core, kRegulatorFamilies);
   downlink_state_family(w, qs);

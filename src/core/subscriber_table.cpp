@@ -4,12 +4,15 @@
 
 namespace rsfc {
 
-SubscriberTable::SubscriberTable(uint32_t capacity)
+SubscriberTable::SubscriberTable(uint32_t capacity, uint32_t uplinks)
     : entries_(capacity),
+      uplinks_max_(uplinks == 0 ? capacity : uplinks),
       buckets_(std::bit_ceil(std::max<uint64_t>(2 * uint64_t{capacity}, 8)), 0),
       mask_(static_cast<uint32_t>(buckets_.size() - 1)) {
   free_.reserve(capacity);
   for (uint32_t i = capacity; i > 0; --i) free_.push_back(i - 1);
+  uplinks_.reserve(uplinks_max_);  // pages are touched as subscribers get regulators
+  free_uplinks_.reserve(uplinks_max_);
 }
 
 uint32_t SubscriberTable::find_or_add(const IpAddr& addr, uint32_t hash) {
@@ -26,8 +29,8 @@ uint32_t SubscriberTable::find_or_add(const IpAddr& addr, uint32_t hash) {
   Entry& e = entries_[idx];
   e.addr = addr;
   e.hash = hash;
-  e.refs = e.flows = 0;
-  e.up = SubscriberUplink{};
+  e.flows = 0;
+  e.uplink = kNone;
   buckets_[b] = idx + 1;
   ++size_;
   return idx;
@@ -35,7 +38,23 @@ uint32_t SubscriberTable::find_or_add(const IpAddr& addr, uint32_t hash) {
 
 uint32_t SubscriberTable::acquire(const IpAddr& addr, uint32_t hash) {
   const uint32_t idx = find_or_add(addr, hash);
-  if (idx != kNone && entries_[idx].refs++ == 0) ++attached_;
+  if (idx == kNone) return kNone;
+  Entry& e = entries_[idx];
+  if (e.uplink == kNone) {  // its first regulator: a fresh SubscriberUplink
+    if (!free_uplinks_.empty()) {
+      e.uplink = free_uplinks_.back();
+      free_uplinks_.pop_back();
+      uplinks_[e.uplink] = Uplink{};
+    } else if (uplinks_.size() < uplinks_max_) {
+      e.uplink = static_cast<uint32_t>(uplinks_.size());
+      uplinks_.emplace_back();  // within the reserved capacity: no reallocation
+    } else {
+      if (e.flows == 0) free_entry(idx);
+      return kNone;
+    }
+    ++attached_;
+  }
+  ++uplinks_[e.uplink].refs;
   return idx;
 }
 
@@ -46,18 +65,19 @@ uint32_t SubscriberTable::add_flow(const IpAddr& addr, uint32_t hash) {
 }
 
 void SubscriberTable::release(uint32_t idx) {
-  if (idx >= entries_.size() || entries_[idx].refs == 0) return;
+  if (idx >= entries_.size() || entries_[idx].uplink == kNone) return;
   Entry& e = entries_[idx];
-  if (--e.refs > 0) return;
+  if (--uplinks_[e.uplink].refs > 0) return;
   --attached_;
-  e.up = SubscriberUplink{};  // the next regulator to attach starts afresh
+  free_uplinks_.push_back(e.uplink);  // the next regulator to attach starts afresh
+  e.uplink = kNone;
   if (e.flows == 0) free_entry(idx);
 }
 
 void SubscriberTable::remove_flow(uint32_t idx) {
   if (idx >= entries_.size() || entries_[idx].flows == 0) return;
   Entry& e = entries_[idx];
-  if (--e.flows == 0 && e.refs == 0) free_entry(idx);
+  if (--e.flows == 0 && e.uplink == kNone) free_entry(idx);
 }
 
 void SubscriberTable::free_entry(uint32_t idx) {
@@ -77,7 +97,6 @@ void SubscriberTable::free_entry(uint32_t idx) {
       i = j;
     }
   }
-  e.up = SubscriberUplink{};
   free_.push_back(idx);
   --size_;
 }

@@ -98,7 +98,9 @@ class VerdictGuard {
 class Worker {
  public:
   Worker(uint16_t queue, uint32_t flows_max, const Config& cfg)
-      : queue_(queue), batch_(cfg.batch_size), engine_(flows_max, cfg.params, random_seed()) {}
+      : queue_(queue),
+        batch_(cfg.batch_size),
+        engine_(flows_max, cfg.params, random_seed(), regulated_per_worker(cfg)) {}
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
   ~Worker() { join(); }

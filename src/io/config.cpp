@@ -901,7 +901,17 @@ const FieldTable<Config> kFlowsFields = {
      "Flows tracked at most, shared out between the queues' workers: each gets flows.max / "
      "queues (rounded up), which must be at least 1 and at most 2^31 (what its flow table can "
      "index). Memory for every flow is reserved at start: flows.max x the size of a flow (about "
-     "4.4 KB) must fit in the machine's physical memory. Restart-only."},
+     "240 bytes), with the regulators (flows.regulated_max), must fit in the machine's physical "
+     "memory. Restart-only."},
+    {"regulated_max", uint_field(&Config::regulated_max, 1, kU32Max),
+     "Regulators per knob at most, shared out between the queues' workers like flows.max. A "
+     "flow takes one of its knob's regulators when the knob begins to steer it (uplink, under "
+     "rsfc or observe: at its first payload from the subscriber; downlink, under rsfc, drwa or "
+     "observe: at its first payload to the subscriber) and gives it back when it ends. A flow "
+     "that finds all of them taken passes that knob untouched for its life, counted in "
+     "rsfcd_regulator_pool_full_total (rsfcd_regulator_pool_used: regulators in use). Memory for "
+     "all is reserved at start: flows.regulated_max x about 4.3 KB (a regulator of each knob "
+     "and the subscriber's shared uplink state). Restart-only."},
     {"idle_timeout_s",
      duration_field([](auto& c) -> auto& { return c.params.idle_timeout; }, kSecond,
                     {1, 7 * 86'400}),
@@ -1079,12 +1089,15 @@ void check_flows(const Reader& r, const Config& c) {
                "can index (" + std::to_string(kMaxFlowsPerWorker) + "); add queues or lower it" +
                got);
   }
-  const uint64_t reserved = per_worker * queues * Engine::bytes_per_flow();
+  const uint64_t regulated = std::min<uint64_t>(regulated_per_worker(c), per_worker);
+  const uint64_t reserved = per_worker * queues * Engine::bytes_per_flow() +
+                            regulated * queues * Engine::bytes_per_regulated_flow();
   if (const uint64_t memory = physical_memory(); memory != 0 && reserved > memory) {
     r.fail(line, "flows.max",
-           "the flow tables would reserve " + format_bytes(reserved) + " (" +
-               std::to_string(Engine::bytes_per_flow()) + " bytes per flow), more than this " +
-               "machine's memory (" + format_bytes(memory) + ")" + got);
+           "the flow tables and regulators would reserve " + format_bytes(reserved) + " (" +
+               std::to_string(Engine::bytes_per_flow()) + " bytes per flow, " +
+               std::to_string(Engine::bytes_per_regulated_flow()) + " per flows.regulated_max), " +
+               "more than this machine's memory (" + format_bytes(memory) + ")" + got);
   }
 }
 
@@ -1326,8 +1339,8 @@ constexpr std::string_view kHeader =
     "- Keys left out take their defaults.\n"
     "\n"
     "Restart-only keys (they take effect at the next start; a SIGHUP that changes them is "
-    "reported with a warning): queues, queue.*, flows.max, metrics.listen. Everything else "
-    "applies on SIGHUP.";
+    "reported with a warning): queues, queue.*, flows.max, flows.regulated_max, metrics.listen. "
+    "Everything else applies on SIGHUP.";
 
 }  // namespace
 
@@ -1352,6 +1365,13 @@ uint32_t flows_per_worker(const Config& c) {
   return static_cast<uint32_t>((uint64_t{c.flows_max} + queues - 1) / queues);
 }
 
+static_assert(Config{}.regulated_max == Engine::kDefaultRegulatedMax);
+
+uint32_t regulated_per_worker(const Config& c) {
+  const uint64_t queues = std::max<size_t>(1, c.queues.size());
+  return static_cast<uint32_t>((uint64_t{c.regulated_max} + queues - 1) / queues);
+}
+
 std::vector<std::string> restart_only_differences(const Config& running, const Config& loaded) {
   std::vector<std::string> keys;
   if (running.queues != loaded.queues) keys.emplace_back("queues");
@@ -1359,6 +1379,7 @@ std::vector<std::string> restart_only_differences(const Config& running, const C
   if (running.socket_rcvbuf != loaded.socket_rcvbuf) keys.emplace_back("queue.socket_buffer_bytes");
   if (running.batch_size != loaded.batch_size) keys.emplace_back("queue.batch");
   if (running.flows_max != loaded.flows_max) keys.emplace_back("flows.max");
+  if (running.regulated_max != loaded.regulated_max) keys.emplace_back("flows.regulated_max");
   if (running.metrics_listen != loaded.metrics_listen) keys.emplace_back("metrics.listen");
   return keys;
 }

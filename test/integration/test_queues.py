@@ -47,9 +47,10 @@ def per_queue(d, name: str, queues) -> dict:
 def test_subscriber_balance_keeps_a_phone_on_one_worker(lab, wire, rsfcd):
     queues = (0, 1, 2)
     d = rsfcd(rsfc_cfg(), queues=queues, balance="subscriber")
-    # One phone (v4 and v6) to 16 servers: every packet on the queue its address names
-    # (the key is the address's low 6 bits for IPv4, the /64 prefix's for IPv6; bucket k
-    # goes to queue k mod 3), and one subscriber entry per address for all its flows.
+    # One phone (v4 and v6) uploading to 16 servers: every packet on the queue its address
+    # names (the key is the address's low 6 bits for IPv4, the /64 prefix's for IPv6; bucket
+    # k goes to queue k mod 3), and one subscriber entry per address for all its flows (an
+    # upload's regulator takes it at the flow's first payload).
     for v6, phone in ((False, PH4), (True, PH6)):
         key = int(ipaddress.ip_address(phone)) >> (64 if v6 else 0)
         want_q = (key & 63) % len(queues)
@@ -59,10 +60,11 @@ def test_subscriber_balance_keeps_a_phone_on_one_worker(lab, wire, rsfcd):
             lab.phantom("srv", srv, PHANTOM_MAC)
             c = Conn(wire, v6=v6, srv_addr=srv, phone_addr=phone)
             c.handshake()
-            c.to_phone(ack_off=0, window=0xFFFF)
+            c.from_phone(ack_off=0, window=502, payload=b"x" * 100)
+            c.to_phone(ack_off=100, window=0xFFFF)
         after = per_queue(d, "rsfcd_packets_total", queues)
         delta = {q: after[q] - before[q] for q in queues}
-        assert delta == {q: (4 * N_SERVERS if q == want_q else 0) for q in queues}, \
+        assert delta == {q: (5 * N_SERVERS if q == want_q else 0) for q in queues}, \
             f"{phone}: packets per queue {delta}, all expected on queue {want_q}"
     created = per_queue(d, "rsfcd_rsfc_subscribers_created_total", queues)
     assert sum(created.values()) == 2, f"one subscriber entry per phone address: {created}"

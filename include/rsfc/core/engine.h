@@ -47,13 +47,23 @@ struct PacketResult {
 };
 
 class SubscriberTable;
-struct FlowRegulators;
+struct RegulatorPools;
+struct UplinkSlot;
+struct DownlinkSlot;
+struct TcpSegment;
 
 class Engine {
  public:
+  // Regulators per knob at most, by default (flows.regulated_max): a million tracked flows
+  // (236 B each) and full pools (4.3 KB per slot of both) fit in 512 MB (docs/RESULTS.md §9).
+  static constexpr uint32_t kDefaultRegulatedMax = 60000;
+
   // `flows_max` is fixed for the engine's life (memory is reserved once). `hash_seed`
-  // keys the flow hash: the daemon passes a random value.
-  Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_seed = 0x5eed);
+  // keys the flow hash: the daemon passes a random value. `regulated_max`: each knob's pool
+  // of regulators (no more than flows_max), also reserved once; a flow that needs one when its
+  // knob's pool is full passes that knob untouched (CoreCounters::regulator_pool_full).
+  Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_seed = 0x5eed,
+         uint32_t regulated_max = kDefaultRegulatedMax);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -78,9 +88,13 @@ class Engine {
   // valid until the next process() or expire().
   const Flow& flow(uint32_t idx) const { return flows_->at(idx); }
   size_t active_flows() const;
-  // Memory one flow costs at full capacity: entry, regulator state and hash buckets.
+  // Memory one tracked flow costs at full capacity: its entry, hash buckets and subscriber
+  // entry. A regulated flow costs bytes_per_regulated_flow() more, from the pools.
   static size_t bytes_per_flow();
+  // One slot in each knob's pool and one subscriber's shared uplink state.
+  static size_t bytes_per_regulated_flow();
   uint32_t flows_max() const;
+  uint32_t regulated_max() const;  // slots per knob's pool
 
  private:
   // The stages of process(), in order. Inline: engine.cpp folds them back into process()
@@ -92,13 +106,14 @@ class Engine {
   inline void feed_downlink(uint32_t idx, const TcpSegment& seg, bool from_phone, Nanos now);
   inline void apply_knob(std::span<uint8_t> pkt, PacketView& v, uint32_t idx, Nanos now,
                          PacketMeta meta, PacketResult& r);
+  UplinkSlot* uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_phone);
   uint32_t add_flow(const FlowKey& key, uint32_t h, const PacketView& v, Direction dir, Nanos now);
   bool room_for(uint32_t sub);
   void drop_flow(uint32_t idx);
   void release_flow(uint32_t idx);
   uint32_t subscriber_hash(const FlowKey& key) const;
   bool on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now, PacketResult& r);
-  bool on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool first);
+  bool on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool first, Nanos now);
   // Parts of apply_knob.
   inline const DirectionParams& knob_params(Direction dir) const;
   inline uint64_t knob_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
@@ -110,23 +125,24 @@ class Engine {
   // The regulator's target (UINT64_MAX = no clamp). When a control step ran and a sink is
   // set, fills `rec` (all but window_bytes) and sets `log`.
   uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec, bool& log);
-  void count_uplink_health(uint32_t idx, bool clamps);
-  WindowDecision downlink_target(uint32_t idx, Nanos now);
-  void count_downlink_health(uint32_t idx);
+  void count_uplink_health(UplinkSlot& s, bool clamps);
+  WindowDecision downlink_target(DownlinkSlot& s, Nanos now);
+  void count_downlink_health(DownlinkSlot& s);
   void describe_flow(DecisionRecord& rec, uint32_t idx, Direction dir, Nanos now,
                      uint64_t target) const;
-  void join_subscriber(uint32_t idx);
+  void join_subscriber(uint32_t idx, UplinkSlot& s);
+  void note_handshake_ack(Flow& f, const PacketView& v, Direction dir, Nanos now);
 
   void reset_flow_state(uint32_t idx);
   void forget_flow(uint32_t idx);
-  void leave_state_gauge(uint32_t idx);
-  void leave_down_gauge(uint32_t idx);
+  void leave_state_gauge(UplinkSlot& s);
+  void leave_down_gauge(DownlinkSlot& s);
 
   EngineParams params_;
   DownlinkQueueParams down_params_;  // from params_.rsfc (downlink_params_from)
   std::unique_ptr<FlowTable> flows_;
   std::unique_ptr<SubscriberTable> subscribers_;  // rsfc's per-subscriber state
-  std::vector<FlowRegulators> regs_;              // parallel to the flow table, reserved once
+  std::unique_ptr<RegulatorPools> regs_;          // the flows' regulators, reserved once
   CoreCounters counters_;
   DecisionSink* sink_ = nullptr;
 };

@@ -36,12 +36,32 @@ struct Endpoint {
   uint16_t mss = 0;         // from its SYN (0 = none)
   uint16_t syn_window = 0;  // window in its SYN (never scaled)
   uint8_t wscale_raw = 0;   // shift it announced in its SYN (raw; see Flow::scale_known)
-  bool syn_seen = false;
-  bool wscale_option = false;
-  bool timestamps = false;  // its SYN carried a timestamp option
-  bool sack_permitted = false;
-  bool edge_valid = false;
-  bool fin_seen = false;
+  // One bit each: a flow entry is per tracked flow, a million of them (bytes_per_flow()).
+  bool syn_seen : 1 = false;
+  bool wscale_option : 1 = false;
+  bool timestamps : 1 = false;  // its SYN carried a timestamp option
+  bool sack_permitted : 1 = false;
+  bool edge_valid : 1 = false;
+  bool fin_seen : 1 = false;
+};
+
+// What the regulators learn from the handshake that the endpoints do not keep: when its
+// segments passed and their TSvals. A regulator starts only when a knob begins to steer the
+// flow (its first payload that way, engine.cpp); the engine then replays the handshake to it
+// from these and the endpoints (ISNs, MSS, options), as if it had seen it. Times are ns after
+// Flow::created; a handshake longer than 2^32 ns (4.3 s: SYN retransmissions) is not kept.
+struct HandshakeRecord {
+  uint32_t syn_at = 0;     // the opener's SYN (the last one taken)
+  uint32_t synack_at = 0;  // the SYN-ACK answering it (the first one)
+  uint32_t ack_at = 0;     // the opener's ACK of the SYN-ACK
+  uint32_t syn_tsval = 0;
+  uint32_t synack_tsval = 0;
+  uint32_t ack_tsval = 0;
+  uint8_t syns : 2 = 0;     // the opener's SYNs taken, 2 = more than one (retransmitted)
+  uint8_t synacks : 2 = 0;  // SYN-ACKs taken, likewise
+  bool ack_seen : 1 = false;
+  bool ack_ts : 1 = false;  // the handshake ACK carried a timestamp
+  bool kept : 1 = true;     // false: a time did not fit, nothing is replayed
 };
 
 enum class FlowState : uint8_t {
@@ -59,21 +79,21 @@ constexpr size_t kFlowClasses = 3;
 constexpr uint32_t kNoFlow = 0xffffffff;
 constexpr uint32_t kNoOwner = 0xffffffff;
 
-// Per-flow regulator state lives in the engine's parallel array (see engine.cpp); the
-// table only manages identity, lifetime and the handshake facts every policy needs.
+constexpr uint32_t kNoSlot = 0xffffffff;
+
+// Per-flow regulator state lives in the engine's pools (see engine.cpp), referred to by slot
+// index; the table only manages identity, lifetime and the handshake facts every policy
+// needs. Fields are ordered so that the entry has no padding worth mentioning.
 struct Flow {
-  FlowKey key;
-  Endpoint sub;   // the subscriber's end
-  Endpoint peer;  // the server's end
   Nanos created = 0;
   Nanos last_seen = 0;
   uint64_t bytes_from_sub = 0;  // TCP payload bytes, for observe/metrics
   uint64_t bytes_to_sub = 0;
+  FlowKey key;
   FlowState state = FlowState::kSynSeen;
-  bool sub_initiated = false;  // the subscriber sent the first SYN
-  bool scale_known = false;    // both SYNs seen: shifts below are in force
-  uint8_t sub_scale = 0;       // effective shift of windows the subscriber sends
-  uint8_t peer_scale = 0;      // effective shift of windows the peer sends
+  FlowClass cls = FlowClass::kTentative;  // table bookkeeping (owned by FlowTable)
+  Endpoint sub;                           // the subscriber's end
+  Endpoint peer;                          // the server's end
 
   // Table bookkeeping (owned by FlowTable).
   uint32_t hash = 0;
@@ -82,8 +102,21 @@ struct Flow {
   uint32_t owner = kNoOwner;      // e.g. the subscriber entry; kNoOwner = none
   uint32_t owner_prev = kNoFlow;  // the owner's list of its flows of this class (closed and
   uint32_t owner_next = kNoFlow;  // tentative only: the classes it may evict for itself)
-  FlowClass cls = FlowClass::kTentative;
-  bool in_use = false;
+
+  // The engine's regulator slots (kNoSlot: none), released before the entry is reused.
+  uint32_t up_slot = kNoSlot;
+  uint32_t down_slot = kNoSlot;
+  HandshakeRecord hs;
+
+  uint8_t sub_scale = 0;           // effective shift of windows the subscriber sends
+  uint8_t peer_scale = 0;          // effective shift of windows the peer sends
+  bool sub_initiated : 1 = false;  // the subscriber sent the first SYN
+  bool scale_known : 1 = false;    // both SYNs seen: shifts above are in force
+  bool in_use : 1 = false;         // table bookkeeping (owned by FlowTable)
+  // A knob's pool was full when the flow first needed a regulator there: it passes that
+  // knob untouched for its life (counted once, CoreCounters::regulator_pool_full).
+  bool up_refused : 1 = false;
+  bool down_refused : 1 = false;
 };
 
 class FlowTable {

@@ -30,6 +30,11 @@ enum class Direction : uint8_t { kToSubscriber = 0, kFromSubscriber = 1 };
 constexpr size_t kDirections = 2;
 const char* to_string(Direction d);  // "to_subscriber" / "from_subscriber"
 
+// The two knobs: uplink (the window in ACKs to subscribers), downlink (in ACKs from them).
+enum class Knob : uint8_t { kUplink = 0, kDownlink = 1 };
+constexpr size_t kKnobs = 2;
+const char* to_string(Knob k);  // "uplink" / "downlink"
+
 // What happened to a packet. Exactly one outcome per packet.
 enum class Outcome : uint8_t {
   kPassed = 0,     // forwarded unchanged (tracked)
@@ -87,6 +92,10 @@ struct CoreCounters {
   // New flows of subscribers at their cap: own flows evicted for them (also in
   // flows_evicted), and packets left untracked (every packet of such a flow counts).
   std::array<Counter, static_cast<size_t>(CapAction::kCount)> flows_subscriber_cap{};
+  // The regulator pools, indexed by Knob: slots in use (gauge), and flows that needed a
+  // regulator when their knob's pool was full (each passes that knob untouched; once per flow).
+  std::array<Counter, kKnobs> regulator_pool_used{};
+  std::array<Counter, kKnobs> regulator_pool_full{};
   // RSFC/DRWA health, gauges of flows per controller state etc. are added by the engine.
   std::array<Counter, 4> rsfc_flows_in_state{};  // indexed by RsfcState
   Counter rsfc_windows_applied;

@@ -2,10 +2,13 @@
 // the per-subscriber flow cap), and the state shared by its regulated uploads
 // (SubscriberUplink, regulator.h). Fixed capacity, all memory taken at construction, no
 // allocation afterwards. An entry is held by its tracked flows (add_flow) and by its flows'
-// regulators (acquire); it is freed when neither holds it, and its SubscriberUplink starts
-// afresh whenever the last regulator lets go. The caller supplies the hash: the engine passes
-// FlowTable::hash of the subscriber's family and whole address (SipHash under the worker's random
-// seed), so that hostile addresses, interface IDs included, cannot pick colliding buckets.
+// regulators (acquire); it is freed when neither holds it. Only entries with regulators hold a
+// SubscriberUplink, from a pool of its own (one per uplink regulator at most, so it is sized
+// like the engine's pool of them): an entry per tracked flow stays small. The SubscriberUplink
+// goes back to the pool, and starts afresh, whenever the last regulator lets go. The caller
+// supplies the hash: the engine passes FlowTable::hash of the subscriber's family and whole address
+// (SipHash under the worker's random seed), so that hostile addresses, interface IDs included,
+// cannot pick colliding buckets.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +23,12 @@ class SubscriberTable {
  public:
   static constexpr uint32_t kNone = UINT32_MAX;
 
-  explicit SubscriberTable(uint32_t capacity);
+  // `capacity` entries, `uplinks` of which may hold regulators at once (0: as many).
+  explicit SubscriberTable(uint32_t capacity, uint32_t uplinks = 0);
 
   // The entry of `addr` (created if needed) with one more regulator reference; kNone when
-  // all `capacity` entries are in use by other addresses.
+  // all `capacity` entries are in use by other addresses, or it has no regulator yet and all
+  // `uplinks` SubscriberUplinks are held.
   uint32_t acquire(const IpAddr& addr, uint32_t hash);
   // One regulator reference less; at zero the shared state is reset (and the entry freed if
   // it tracks no flow).
@@ -32,25 +37,37 @@ class SubscriberTable {
   // less (the entry freed when neither flows nor regulators hold it).
   uint32_t add_flow(const IpAddr& addr, uint32_t hash);
   void remove_flow(uint32_t idx);
-  SubscriberUplink& at(uint32_t idx) { return entries_[idx].up; }
-  uint32_t refs(uint32_t idx) const { return entries_[idx].refs; }
+  // The shared state of an entry with regulator references (acquire).
+  SubscriberUplink& at(uint32_t idx) { return uplinks_[entries_[idx].uplink].up; }
+  uint32_t refs(uint32_t idx) const {
+    const uint32_t u = entries_[idx].uplink;
+    return u == kNone ? 0 : uplinks_[u].refs;
+  }
   uint32_t flows(uint32_t idx) const { return entries_[idx].flows; }
   uint32_t size() const { return size_; }          // entries in use
   uint32_t attached() const { return attached_; }  // entries with regulator references
+  // Memory per entry (entry, its buckets and free-list slot), and per SubscriberUplink.
   static size_t bytes_per_entry() { return sizeof(Entry) + 3 * sizeof(uint32_t); }
+  static size_t bytes_per_uplink() { return sizeof(Uplink) + sizeof(uint32_t); }
 
  private:
   struct Entry {
     IpAddr addr;
     uint32_t hash = 0;
-    uint32_t refs = 0;   // regulators attached to `up`
-    uint32_t flows = 0;  // flows tracked
+    uint32_t flows = 0;       // flows tracked
+    uint32_t uplink = kNone;  // its slot in uplinks_ while regulators reference it
+  };
+  struct Uplink {
     SubscriberUplink up;
+    uint32_t refs = 0;  // regulators attached to `up`
   };
   uint32_t find_or_add(const IpAddr& addr, uint32_t hash);
   void free_entry(uint32_t idx);
-  std::vector<Entry> entries_;     // fixed pool; an index stays valid while referenced
-  std::vector<uint32_t> free_;     // free pool indices (stack)
+  std::vector<Entry> entries_;   // fixed pool; an index stays valid while referenced
+  std::vector<uint32_t> free_;   // free pool indices (stack)
+  std::vector<Uplink> uplinks_;  // reserved once, grows up to its capacity
+  std::vector<uint32_t> free_uplinks_;
+  uint32_t uplinks_max_ = 0;
   std::vector<uint32_t> buckets_;  // linear probing: pool index + 1, 0 = empty
   uint32_t mask_ = 0;
   uint32_t size_ = 0;

@@ -21,6 +21,7 @@ struct Config {
   uint32_t socket_rcvbuf = 8 << 20;  // queue.socket_buffer_bytes
   uint32_t batch_size = 64;          // queue.batch: packets drained per wakeup at most
   uint32_t flows_max = 1'000'000;
+  uint32_t regulated_max = 60'000;                // flows.regulated_max: regulators per knob
   std::string metrics_listen = "127.0.0.1:9477";  // "" disables the HTTP endpoint
   LogLevel log_level = LogLevel::kInfo;
   std::string decision_log;  // JSON lines, one per control decision; "" = off (reloadable)
@@ -51,9 +52,11 @@ std::string format_config(const Config& shown, bool tuning);
 // parse_config has checked that it is at least 1, that a worker's flow table can index it
 // (at most 2^31), and that all the workers' tables fit in the machine's physical memory.
 uint32_t flows_per_worker(const Config& c);
+// flows.regulated_max shared out likewise (the engine caps it at its flows).
+uint32_t regulated_per_worker(const Config& c);
 
-// Keys that need a restart (queues, flows.max, metrics.listen, queue.*): a list of their
-// names whose values differ, for the reload path to warn about.
+// Keys that need a restart (queues, flows.max, flows.regulated_max, metrics.listen, queue.*): a
+// list of their names whose values differ, for the reload path to warn about.
 std::vector<std::string> restart_only_differences(const Config& running, const Config& loaded);
 
 const char* to_string(LogLevel l);
