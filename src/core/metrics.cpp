@@ -172,6 +172,10 @@ constexpr QueueFamily<CoreCounters> kFlowFamilies[] = {
      &CoreCounters::flows_no_timestamps},
     {"rsfcd_flows_table_full_total", "counter", "New flows refused because eviction found nothing.",
      &CoreCounters::flows_table_full},
+    {"rsfcd_rst_ignored_total", "counter",
+     "RSTs outside their receiver's window (RFC 5961 3; during the handshake, not "
+     "acknowledging the SYN): passed untouched, their flow not closed.",
+     &CoreCounters::rst_ignored},
 };
 
 // After the per-state gauge rsfcd_rsfc_flows.

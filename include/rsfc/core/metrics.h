@@ -84,6 +84,8 @@ struct CoreCounters {
   Counter flows_table_full;  // new flow refused because eviction found nothing
   // SYNs and SYN-ACKs ignored on a flow they do not fit (spoofed, or too late to matter).
   std::array<Counter, static_cast<size_t>(HandshakeKind::kCount)> handshake_ignored{};
+  // RSTs outside the receiver's window (RFC 5961 3), passed without closing their flow.
+  Counter rst_ignored;
   // New flows of subscribers at their cap: own flows evicted for them (also in
   // flows_evicted), and packets left untracked (every packet of such a flow counts).
   std::array<Counter, static_cast<size_t>(CapAction::kCount)> flows_subscriber_cap{};
