@@ -1381,8 +1381,9 @@ TEST(EngineMetrics, FlowsPerStateDropEvictedAndRestartedFlows) {
   ASSERT_EQ(e.counters().flows_evicted.get(), 1u);
   EXPECT_EQ(in_any_state(e), 1u) << "the evicted flow left the gauge";
   // The v6 flow's port is reused with a new ISN: the flow starts over and is counted once.
-  v6.from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .flags = tcpflag::kRst});
-  v6.from_phone({.seq = 77, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
+  v6.from_phone({.seq = kPhoneIsn + 1001, .ack = kServerIsn + 1, .flags = tcpflag::kRst});
+  EXPECT_TRUE(v6.from_phone({.seq = 77, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7})
+                  .result.new_flow);
   v6.from_server(
       {.seq = 88, .ack = 78, .flags = tcpflag::kSyn | tcpflag::kAck, .window = 65535, .wscale = 7});
   v6.from_phone({.seq = 78, .ack = 89, .window = 502});
