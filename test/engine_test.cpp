@@ -765,6 +765,7 @@ TEST(EngineSubscriberCap, NewFlowAtTheCapTakesThePlaceOfItsOwnOldestEmbryonicFlo
   EXPECT_EQ(r.flow, second) << "1002's slot";
   EXPECT_EQ(capped(e, CapAction::kEvictedOwn), 1u);
   EXPECT_EQ(e.counters().flows_evicted.get(), 1u);
+  EXPECT_EQ(e.counters().flows_table_full.get(), 0u) << "the cap, not a full table";
   EXPECT_EQ(e.active_flows(), 3u);
   EXPECT_EQ(e.flow(first).key.sub_port, 1001);
   EXPECT_EQ(a.server_ack(1000, 70000).outcome, Outcome::kRewritten) << "established kept";
@@ -786,6 +787,7 @@ TEST(Engine, HostileFlowCountStaysWithinCapacity) {
   }
   EXPECT_EQ(e.active_flows(), 64u);
   EXPECT_EQ(e.counters().flows_evicted.get(), 10000u - 64u);
+  EXPECT_EQ(e.counters().flows_table_full.get(), 10000u - 64u) << "every eviction: a full table";
 }
 
 }  // namespace

@@ -335,6 +335,7 @@ uint32_t Engine::add_flow(const FlowKey& key, uint32_t h, const PacketView& v, D
   if (flows_->size() == flows_->capacity()) {
     drop_flow(flows_->victim(sub));
     counters_.flows_evicted.add();
+    counters_.flows_table_full.add();
   }
   uint32_t evicted;  // none: room was made above
   const uint32_t idx = flows_->insert(key, h, FlowClass::kTentative, now, &evicted, sub);
