@@ -307,6 +307,12 @@ TEST(DecisionLog, FullRingDropsAndCountsWhileTheWriterIsStuck) {
   for (int i = 0; i < kRecords; ++i) f.value()->sink(0)->on_decision(numbered(0, i));
   const uint64_t full = f.value()->dropped_queue_full();
   EXPECT_GT(full, static_cast<uint64_t>(kRecords) * 9 / 10);
+  // A reload meanwhile (SIGHUP) waits a bounded time, and its reopen stays queued.
+  const std::string other = dir.path + "/after-reload.jsonl";
+  auto reopened = f.value()->reopen(other, 0, std::chrono::milliseconds(100));
+  ASSERT_FALSE(reopened.has_value());
+  EXPECT_NE(reopened.error().message.find("stuck"), std::string::npos) << reopened.error().message;
+  EXPECT_EQ(size_of(other), -1);
   // Now read: the writer gets unstuck, the destructor writes the rest and closes.
   std::string got;
   std::thread reader([&] {
@@ -333,6 +339,7 @@ TEST(DecisionLog, FullRingDropsAndCountsWhileTheWriterIsStuck) {
   EXPECT_EQ(lines + full, static_cast<uint64_t>(kRecords));
   EXPECT_GE(lines, before_close);
   EXPECT_EQ(got.back(), '\n');
+  EXPECT_EQ(size_of(other), 0) << "the queued reopen was carried out once the writer could";
 }
 
 // decision_log_max_bytes: the file stops growing below the cap, with whole lines only, and

@@ -500,22 +500,26 @@ class Daemon {
     return dlog_ && !running_.decision_log.empty() ? dlog_->sink(i) : nullptr;
   }
 
+  // How long a reload waits for the decision log's writer (stuck on a hung disk, it would
+  // hold signals, metrics and the watchdog).
+  static constexpr std::chrono::milliseconds kReopenWait{2000};
+
   // SIGHUP: reopens the decision log (after a rotation, or at a new path, with the new cap),
   // opens it for the first time, or closes it. A path that cannot be opened leaves the log
   // as it was.
   void update_decision_log(const Config& loaded) {
     const std::string& path = loaded.decision_log;
     if (path.empty()) {
-      if (dlog_) (void)dlog_->reopen("", 0);  // closes; the workers drop their sinks next
+      if (dlog_) (void)dlog_->reopen("", 0, kReopenWait);  // the workers drop their sinks next
     } else if (!dlog_) {
       auto d = open_decision_log(loaded);
       if (!d) {
-        log::error("reload: %s (decision log unchanged)", d.error().message.c_str());
+        log::error("reload: %s (the decision log stays off)", d.error().message.c_str());
         return;
       }
       dlog_ = std::move(d).value();
-    } else if (auto r = dlog_->reopen(path, loaded.decision_log_max_bytes); !r) {
-      log::error("reload: %s (decision log unchanged)", r.error().message.c_str());
+    } else if (auto r = dlog_->reopen(path, loaded.decision_log_max_bytes, kReopenWait); !r) {
+      log::error("reload: %s", r.error().message.c_str());
       return;
     }
     running_.decision_log = path;

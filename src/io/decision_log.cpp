@@ -127,7 +127,7 @@ DecisionLog::DecisionLog(std::string path, Fd fd, size_t producers, const Option
 }
 
 DecisionLog::~DecisionLog() {
-  (void)command(Command::kStop);
+  (void)command(Command::kStop, kForever);
   if (thread_.joinable()) thread_.join();
 }
 
@@ -138,26 +138,45 @@ uint64_t DecisionLog::dropped_queue_full() const {
 }
 
 Expected<void> DecisionLog::flush() {
-  return command(Command::kFlush);
+  return command(Command::kFlush, kForever);
 }
 
-Expected<void> DecisionLog::reopen(const std::string& path, uint64_t max_bytes) {
-  auto r = command(Command::kReopen, path, max_bytes);
+Expected<void> DecisionLog::reopen(const std::string& path, uint64_t max_bytes,
+                                   std::chrono::milliseconds wait) {
+  auto r = command(Command::kReopen, wait, path, max_bytes);
   if (r) path_ = path;
   return r;
 }
 
-// Hands a command to the writer and waits until it has carried it out (after a drain).
-Expected<void> DecisionLog::command(Command c, const std::string& path, uint64_t max_bytes) {
+// Hands a command to the writer and waits until it has carried it out (after a drain), or
+// until `wait` is over.
+Expected<void> DecisionLog::command(Command c, std::chrono::milliseconds wait,
+                                    const std::string& path, uint64_t max_bytes) {
   std::unique_lock lock(mu_);
-  done_.wait(lock, [&] { return cmd_ == Command::kNone; });  // one command at a time
-  if (!thread_.joinable()) return {};
+  const auto until = std::chrono::steady_clock::now() +
+                     std::min<std::chrono::milliseconds>(wait, std::chrono::hours(1));
+  const auto wait_for = [&](auto done) {
+    if (wait == kForever) {
+      done_.wait(lock, done);
+      return true;
+    }
+    return done_.wait_until(lock, until, done);
+  };
+  const auto stuck = [&] {
+    return Error::msg("decision log " + path_ + ": the writer thread is stuck in a write" +
+                      (c == Command::kReopen ? "; the reopen is queued" : ""));
+  };
+  if (!wait_for([&] { return cmd_ == Command::kNone; })) return stuck();  // one at a time
   cmd_ = c;
   cmd_path_ = path;
   cmd_max_ = max_bytes;
+  cmd_waited_ = true;
   const uint64_t seq = ++cmd_seq_;
   wake_.notify_one();
-  done_.wait(lock, [&] { return done_seq_ == seq; });
+  if (!wait_for([&] { return done_seq_ == seq; })) {
+    cmd_waited_ = false;
+    return stuck();
+  }
   return std::move(cmd_result_);
 }
 
@@ -187,6 +206,7 @@ void DecisionLog::run() {
     if (c == Command::kReopen) result = do_reopen(path, max);
     lock.lock();
     if (c != Command::kNone) {
+      if (!result && !cmd_waited_) log::error("%s", result.error().message.c_str());
       cmd_result_ = std::move(result);
       cmd_ = Command::kNone;
       done_seq_ = cmd_seq_;
@@ -267,7 +287,12 @@ Expected<void> DecisionLog::do_reopen(const std::string& path, uint64_t max_byte
     return {};
   }
   Fd fd(open_append(path));
-  if (fd.fd < 0) return Error::from_errno(errno, "decision log " + path);
+  if (fd.fd < 0) {
+    Error e = Error::from_errno(errno, "decision log " + path);
+    e.message += fd_.fd < 0 ? " (the decision log stays off)"
+                            : " (the decision log stays at " + file_path_ + ")";
+    return e;
+  }
   fd_ = std::move(fd);
   file_path_ = path;
   max_bytes_ = max_bytes;

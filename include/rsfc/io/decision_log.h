@@ -105,13 +105,18 @@ class DecisionLog {
 
   DecisionSink* sink(size_t producer) { return rings_[producer].get(); }
 
+  static constexpr std::chrono::milliseconds kForever = std::chrono::milliseconds::max();
+
   // From any thread but a producer; both wait for the writer. flush() writes what the rings
   // hold now. reopen() writes it to the current file, then opens `path` (the same one after
   // a rotation, or another) with the cap `max_bytes`; on failure the current file stays.
   // An empty path closes the file: records still arriving are discarded until the next
-  // reopen.
+  // reopen. `wait` bounds the wait (the daemon's main thread must keep serving signals,
+  // metrics and the watchdog while the writer is stuck in write(2) on a hung disk): on
+  // time-out the reopen stays queued, an error says so, and the writer logs its failure.
   Expected<void> flush();
-  Expected<void> reopen(const std::string& path, uint64_t max_bytes);
+  Expected<void> reopen(const std::string& path, uint64_t max_bytes,
+                        std::chrono::milliseconds wait = kForever);
 
   const std::string& path() const { return path_; }  // as last set by open()/reopen()
   const DecisionLogCounters& counters() const { return counters_; }
@@ -129,7 +134,8 @@ class DecisionLog {
   enum class Command : uint8_t { kNone, kFlush, kReopen, kStop };
 
   DecisionLog(std::string path, Fd fd, size_t producers, const Options& o);
-  Expected<void> command(Command c, const std::string& path = {}, uint64_t max_bytes = 0);
+  Expected<void> command(Command c, std::chrono::milliseconds wait, const std::string& path = {},
+                         uint64_t max_bytes = 0);
   void kick();  // producer side: a ring is half full
   void run();
   void drain_all();
@@ -156,6 +162,7 @@ class DecisionLog {
   std::string cmd_path_;
   uint64_t cmd_max_ = 0;
   uint64_t cmd_seq_ = 0, done_seq_ = 0;
+  bool cmd_waited_ = false;  // false: the caller gave up, the writer reports a failure
   Expected<void> cmd_result_;
   std::atomic<bool> kicked_{false};
   std::thread thread_;  // last: started once everything above exists
