@@ -8,6 +8,8 @@
 #include <netinet/ip.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -383,6 +385,43 @@ TEST(DecisionLog, SizeCapIsNeverExceededAndRotationResumesWriting) {
   for (int i = 0; i < 9; ++i) dl.sink(0)->on_decision(numbered(0, i));
   ASSERT_TRUE(dl.flush().has_value());
   EXPECT_EQ(read_lines(path).size(), 10u);
+}
+
+// A failed write (here the file size limit, as a full disk would: a short write, then an
+// error) loses the records it could not write, counted; the partial line it left is ended
+// before the next write, so that every later line is whole again.
+TEST(DecisionLog, WriteErrorsAreCountedAndLeaveLaterLinesWhole) {
+  TempDir dir;
+  const std::string path = dir.path + "/decisions.jsonl";
+  const size_t len = line_of(numbered(0, 0)).size() + 1;
+  auto f = DecisionLog::open(path, 1, {.period = std::chrono::hours(1)});
+  ASSERT_TRUE(f.has_value());
+  DecisionLog& dl = *f.value();
+  struct sigaction ign {
+  }, old_action{};
+  ign.sa_handler = SIG_IGN;
+  ASSERT_EQ(sigaction(SIGXFSZ, &ign, &old_action), 0);
+  rlimit old_limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  rlimit limit = old_limit;
+  limit.rlim_cur = 2 * len + len / 2;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  for (int i = 0; i < 5; ++i) dl.sink(0)->on_decision(numbered(0, i));
+  const bool flushed = dl.flush().has_value();
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  ASSERT_EQ(sigaction(SIGXFSZ, &old_action, nullptr), 0);
+  ASSERT_TRUE(flushed);
+  EXPECT_EQ(dl.counters().records_written.get(), 2u);
+  EXPECT_EQ(dl.counters().dropped_write_error.get(), 3u);
+  dl.sink(0)->on_decision(numbered(0, 7));
+  ASSERT_TRUE(dl.flush().has_value());
+  const std::vector<std::string> lines = read_lines(path);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], line_of(numbered(0, 0)));
+  EXPECT_EQ(lines[1], line_of(numbered(0, 1)));
+  EXPECT_EQ(lines[2], line_of(numbered(0, 2)).substr(0, len / 2)) << "the torn line, ended";
+  EXPECT_EQ(lines[3], line_of(numbered(0, 7)));
+  EXPECT_EQ(dl.counters().records_written.get(), 3u);
 }
 
 // decision_log: "" on SIGHUP closes the file; records still arriving are discarded.

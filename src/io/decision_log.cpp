@@ -230,6 +230,11 @@ void DecisionLog::drain(DecisionRing& ring) {
     ring.release(n);
     return;
   }
+  if (torn_ && !end_torn_line()) {  // still failing: nothing can be written
+    counters_.dropped_write_error.add(count_lines(p, n));
+    ring.release(n);
+    return;
+  }
   size_t fit = n;
   if (max_bytes_ != 0 && size_ + n > max_bytes_) {
     fit = whole_lines_within(p, max_bytes_ > size_ ? max_bytes_ - size_ : 0);
@@ -273,12 +278,29 @@ size_t DecisionLog::write_out(const DecisionRing::Pending& p, size_t n) {
         log::warn("decision log %s: %s; records are dropped", file_path_.c_str(),
                   w < 0 ? std::strerror(errno) : "nothing written");
       }
-      // A partial line that made it out (the disk filled up mid-line) is lost either way.
-      return whole_lines_within(p, done);
+      // A partial line that made it out (the disk filled up mid-line) is lost either way;
+      // it is ended before the next write, so that it stays one bad line.
+      const size_t whole = whole_lines_within(p, done);
+      torn_ = whole < done;
+      size_ += done - whole;  // on disk all the same
+      return whole;
     }
     done += static_cast<size_t>(w);
   }
   return done;
+}
+
+// Ends the partial line a failed write left (the cap allows for the byte: the line's own
+// newline, which never made it, was counted in).
+bool DecisionLog::end_torn_line() {
+  ssize_t w;
+  do {
+    w = ::write(fd_.fd, "\n", 1);
+  } while (w < 0 && errno == EINTR);
+  if (w != 1) return false;
+  torn_ = false;
+  ++size_;
+  return true;
 }
 
 Expected<void> DecisionLog::do_reopen(const std::string& path, uint64_t max_bytes) {
@@ -297,7 +319,7 @@ Expected<void> DecisionLog::do_reopen(const std::string& path, uint64_t max_byte
   file_path_ = path;
   max_bytes_ = max_bytes;
   size_ = file_size(fd_.fd);
-  cap_reported_ = error_reported_ = false;
+  cap_reported_ = error_reported_ = torn_ = false;
   return {};
 }
 

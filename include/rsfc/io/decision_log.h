@@ -141,6 +141,7 @@ class DecisionLog {
   void drain_all();
   void drain(DecisionRing& ring);
   size_t write_out(const DecisionRing::Pending& p, size_t n);
+  bool end_torn_line();
   Expected<void> do_reopen(const std::string& path, uint64_t max_bytes);
 
   std::string path_;  // the callers' copy (open(), reopen())
@@ -155,6 +156,7 @@ class DecisionLog {
   uint64_t size_ = 0;          // the file's size as of the last fstat plus what was written
   bool cap_reported_ = false;  // the cap was logged for this file
   bool error_reported_ = false;
+  bool torn_ = false;  // a failed write left a partial line at the end of the file
 
   std::mutex mu_;
   std::condition_variable wake_, done_;
