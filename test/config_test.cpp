@@ -92,6 +92,7 @@ TEST(Config, DefaultsForKeysLeftOut) {
     EXPECT_EQ(c.params.rsfc.growth_per_rtt, 0.25);
     EXPECT_EQ(c.params.rsfc.initial_window_bytes, 0u);
     EXPECT_EQ(c.decision_log, "");
+    EXPECT_EQ(c.decision_log_max_bytes, 256u << 20);
     EXPECT_EQ(c.params.drwa.alpha, 0.875);
     EXPECT_EQ(c.params.drwa.lambda, 3.0);
   }
@@ -113,6 +114,7 @@ flows: { max: 5, idle_timeout_s: 86_400, closed_timeout_s: 1.5, embryonic_timeou
 metrics: { listen: "[::1]:9100" }
 log: { level: debug }
 decision_log: /var/log/rsfcd/decisions.jsonl
+decision_log_max_bytes: 0
 rsfc:
   threshold_ms: 12.5
   threshold_floor_ms: 4
@@ -174,6 +176,7 @@ TEST(Config, EveryKeyMapsToItsField) {
   EXPECT_EQ(c.params.rsfc.growth_per_rtt, 1.0);
   EXPECT_EQ(c.params.rsfc.initial_window_bytes, 65535u);
   EXPECT_EQ(c.decision_log, "/var/log/rsfcd/decisions.jsonl");
+  EXPECT_EQ(c.decision_log_max_bytes, 0u);
   EXPECT_EQ(c.params.rsfc.path_check, 0);
   EXPECT_EQ(c.params.rsfc.path_foreign_rate, 0.5);
   EXPECT_EQ(c.params.rsfc.path_tolerance, 2'500 * kMicro);
@@ -301,6 +304,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(c.batch_size, d.batch_size);
   EXPECT_EQ(c.flows_max, d.flows_max);
   EXPECT_EQ(c.decision_log, d.decision_log);
+  EXPECT_EQ(c.decision_log_max_bytes, d.decision_log_max_bytes);
   const EngineParams& p = c.params;
   const EngineParams& dp = d.params;
   EXPECT_EQ(p.uplink.static_window_bytes, dp.uplink.static_window_bytes);

@@ -394,8 +394,9 @@ TEST(Engine, ResultSaysWhatTheEngineMadeOfThePacket) {
   EXPECT_EQ(f.key.peer_port, 443);
   EXPECT_TRUE(f.sub_initiated);
   EXPECT_EQ(f.bytes_to_sub, 100u);
-  // The same ports again with another ISN: the flow starts over in its slot.
-  c.from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .flags = tcpflag::kRst});
+  // The same ports again with another ISN, after a RST at what the server acked: the flow
+  // starts over in its slot.
+  c.from_phone({.seq = kPhoneIsn + 70001, .ack = kServerIsn + 1, .flags = tcpflag::kRst});
   const Sent again = c.from_phone({.seq = 77, .flags = tcpflag::kSyn, .payload_len = 10});
   EXPECT_TRUE(again.result.new_flow);
   EXPECT_EQ(again.result.flow, slot);
@@ -541,8 +542,8 @@ TEST(EngineHandshake, GenuinePortReuseStillStartsOver) {
   c.server_ack(70000, 1000);
   // The phone lost its state and reuses the ports with an ISN inside the old space.
   c.from_phone({.seq = kPhoneIsn + 3000, .flags = tcpflag::kSyn, .window = 64240});
-  c.server_ack(0, 1000);  // the server's challenge ACK
-  c.from_phone({.seq = kPhoneIsn + 1, .flags = tcpflag::kRst});
+  c.server_ack(70000, 1000);  // the server's challenge ACK: its RCV.NXT
+  c.from_phone({.seq = kPhoneIsn + 70001, .flags = tcpflag::kRst});  // seq = the ACK's ack
   const Sent syn = c.from_phone({.seq = kPhoneIsn + 3000, .flags = tcpflag::kSyn, .window = 64240});
   EXPECT_TRUE(syn.result.new_flow);
   c.from_server({.seq = 88,
@@ -565,6 +566,100 @@ TEST(EngineHandshake, GenuinePortReuseStillStartsOver) {
   EXPECT_EQ(c.from_server({.seq = 6, .ack = 0x80100000u, .window = 1000}).view.window, 64)
       << "16384 / 2^8";
   EXPECT_EQ(e.counters().handshake_ignored[0].get(), 1u) << "only the SYN inside the space";
+}
+
+uint64_t rst_ignored(const Engine& e) {
+  return e.counters().rst_ignored.get();
+}
+
+// Issue 17: any RST closed its flow, so a blind spoofed one ended the regulation of a live
+// flow (closed, expired 10 s later, its next packets a mid-stream flow: unregulated). A RST
+// counts only inside its receiver's window (RFC 5961 3); outside it is passed and counted.
+TEST(EngineRst, SpoofedRstOutsideTheWindowLeavesTheFlowRegulated) {
+  Engine e(100, static_params(16384, 16384));
+  Conn c(e);
+  c.handshake(7, 7);
+  const Sent first = c.server_ack(70000, 1000);
+  ASSERT_EQ(first.view.window, 128) << "16384 / 2^7";
+  // The phone has 70000 bytes acked and may send up to 16384 more; the server is at its ISN.
+  const Sent far = c.from_phone({.seq = kPhoneIsn + 0x40000000u, .flags = tcpflag::kRst});
+  EXPECT_FALSE(far.result.modified);
+  EXPECT_EQ(far.result.outcome, Outcome::kPassed);
+  c.from_phone({.seq = kPhoneIsn + 1, .flags = tcpflag::kRst});  // below what the server acked
+  c.from_phone({.seq = kPhoneIsn + 70001 + 16384 + 1, .flags = tcpflag::kRst});  // past the edge
+  c.from_server({.seq = kServerIsn + 0x7000000u,
+                 .ack = kPhoneIsn + 70001,
+                 .flags = tcpflag::kRst | tcpflag::kAck});
+  EXPECT_EQ(rst_ignored(e), 4u);
+  EXPECT_EQ(e.flow(first.result.flow).state, FlowState::kEstablished);
+  c.now += 60 * kSecond;  // well past closed_timeout
+  e.expire(c.now);
+  const Sent later = c.server_ack(80000, 1000);
+  EXPECT_FALSE(later.result.new_flow);
+  EXPECT_EQ(later.result.flow, first.result.flow);
+  EXPECT_EQ(later.view.window, 128) << "still clamped";
+  EXPECT_EQ(later.result.outcome, Outcome::kRewritten);
+  EXPECT_EQ(e.counters().flows_closed.get(), 0u);
+}
+
+// A RST inside the window still closes the flow, from either end; the window's edges are
+// inclusive (the receiver's last ACK, the right edge advertised to the RST's sender).
+TEST(EngineRst, RstInsideTheWindowClosesTheFlow) {
+  for (int side = 0; side < 4; ++side) {
+    Engine e(100, static_params(16384, 16384));
+    Conn c(e);
+    c.handshake(7, 7);
+    const Sent a = c.server_ack(70000, 1000);  // the phone may send up to + 16384
+    // The phone acks 5000 server bytes and advertises 64000 << 7 (clamped to 16384).
+    c.from_phone({.seq = kPhoneIsn + 70001, .ack = kServerIsn + 5001, .window = 64000});
+    Sent rst;
+    if (side == 0) rst = c.from_phone({.seq = kPhoneIsn + 70001, .flags = tcpflag::kRst});
+    if (side == 1) rst = c.from_phone({.seq = kPhoneIsn + 70001 + 16384, .flags = tcpflag::kRst});
+    if (side == 2) rst = c.from_server({.seq = kServerIsn + 5001, .flags = tcpflag::kRst});
+    if (side == 3) rst = c.from_server({.seq = kServerIsn + 5001 + 16384, .flags = tcpflag::kRst});
+    EXPECT_EQ(rst_ignored(e), 0u) << side;
+    EXPECT_EQ(rst.result.flow, a.result.flow) << side;
+    EXPECT_EQ(e.flow(a.result.flow).state, FlowState::kClosed) << side;
+  }
+  // One past the edge is outside.
+  Engine e(100, static_params(16384, 16384));
+  Conn c(e);
+  c.handshake(7, 7);
+  const Sent a = c.server_ack(70000, 1000);
+  c.from_phone({.seq = kPhoneIsn + 70001 + 16385, .flags = tcpflag::kRst});
+  EXPECT_EQ(rst_ignored(e), 1u);
+  EXPECT_EQ(e.flow(a.result.flow).state, FlowState::kEstablished);
+}
+
+// During the handshake: a RST answering the SYN must acknowledge it (RFC 793 SYN-SENT);
+// after the SYN-ACK the window it offered bounds it.
+TEST(EngineRst, RstDuringTheHandshake) {
+  Engine e(100, static_params(16384));
+  Conn c(e);
+  const Sent syn =
+      c.from_phone({.seq = kPhoneIsn, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
+  c.from_server({.seq = 0, .ack = kPhoneIsn + 7, .flags = tcpflag::kRst | tcpflag::kAck});
+  c.from_server({.seq = 0, .flags = tcpflag::kRst});  // no ACK: answers nothing
+  EXPECT_EQ(rst_ignored(e), 2u);
+  EXPECT_EQ(e.flow(syn.result.flow).state, FlowState::kSynSeen);
+  // The connection goes on and is regulated.
+  c.from_server({.seq = kServerIsn,
+                 .ack = kPhoneIsn + 1,
+                 .flags = tcpflag::kSyn | tcpflag::kAck,
+                 .window = 65535,
+                 .wscale = 7});
+  c.from_server({.seq = kServerIsn + 1 + 70000, .flags = tcpflag::kRst});  // past the SYN's window
+  EXPECT_EQ(rst_ignored(e), 3u);
+  c.from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502});
+  EXPECT_EQ(c.server_ack(70000, 1000).view.window, 128);
+  // The port is closed: the server answers the SYN with RST|ACK acking it.
+  Engine e2(100, static_params(16384));
+  Conn d(e2);
+  const Sent syn2 =
+      d.from_phone({.seq = kPhoneIsn, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
+  d.from_server({.seq = 0, .ack = kPhoneIsn + 1, .flags = tcpflag::kRst | tcpflag::kAck});
+  EXPECT_EQ(rst_ignored(e2), 0u);
+  EXPECT_EQ(e2.flow(syn2.result.flow).state, FlowState::kClosed);
 }
 
 // One phone's connections to one server port, by its own port: the whole handshake or just
@@ -679,6 +774,7 @@ TEST(EngineSubscriberCap, NewFlowAtTheCapTakesThePlaceOfItsOwnOldestEmbryonicFlo
   EXPECT_EQ(r.flow, second) << "1002's slot";
   EXPECT_EQ(capped(e, CapAction::kEvictedOwn), 1u);
   EXPECT_EQ(e.counters().flows_evicted.get(), 1u);
+  EXPECT_EQ(e.counters().flows_table_full.get(), 0u) << "the cap, not a full table";
   EXPECT_EQ(e.active_flows(), 3u);
   EXPECT_EQ(e.flow(first).key.sub_port, 1001);
   EXPECT_EQ(a.server_ack(1000, 70000).outcome, Outcome::kRewritten) << "established kept";
@@ -700,6 +796,7 @@ TEST(Engine, HostileFlowCountStaysWithinCapacity) {
   }
   EXPECT_EQ(e.active_flows(), 64u);
   EXPECT_EQ(e.counters().flows_evicted.get(), 10000u - 64u);
+  EXPECT_EQ(e.counters().flows_table_full.get(), 10000u - 64u) << "every eviction: a full table";
 }
 
 }  // namespace
@@ -1312,8 +1409,9 @@ TEST(EngineMetrics, FlowsPerStateDropEvictedAndRestartedFlows) {
   ASSERT_EQ(e.counters().flows_evicted.get(), 1u);
   EXPECT_EQ(in_any_state(e), 1u) << "the evicted flow left the gauge";
   // The v6 flow's port is reused with a new ISN: the flow starts over and is counted once.
-  v6.from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .flags = tcpflag::kRst});
-  v6.from_phone({.seq = 77, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
+  v6.from_phone({.seq = kPhoneIsn + 1001, .ack = kServerIsn + 1, .flags = tcpflag::kRst});
+  EXPECT_TRUE(v6.from_phone({.seq = 77, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7})
+                  .result.new_flow);
   v6.from_server(
       {.seq = 88, .ack = 78, .flags = tcpflag::kSyn | tcpflag::kAck, .window = 65535, .wscale = 7});
   v6.from_phone({.seq = 78, .ack = 89, .window = 502, .payload_len = 100});

@@ -2,12 +2,16 @@
 // decision log, the /metrics HTTP server, libevent wrappers, and NfQueue against the real
 // kernel inside a private network namespace (skipped when that is not possible).
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -25,6 +29,7 @@
 #include "rsfc/io/decision_log.h"
 #include "rsfc/io/event_loop.h"
 #include "rsfc/io/http_metrics.h"
+#include "rsfc/io/io_metrics.h"
 #include "rsfc/io/log.h"
 #include "rsfc/io/nfqueue.h"
 
@@ -171,40 +176,288 @@ std::vector<std::string> read_lines(const std::string& path) {
   return out;
 }
 
-TEST(DecisionLog, BuffersUntilFlushAndReopensAfterRotation) {
-  char dir_tmpl[] = "/tmp/rsfc_io_test_XXXXXX";
-  ASSERT_NE(mkdtemp(dir_tmpl), nullptr);
-  const std::string dir = dir_tmpl;
-  const std::string path = dir + "/decisions.jsonl";
-  {
-    auto f = DecisionLogFile::open(path);
-    ASSERT_TRUE(f.has_value()) << f.error().message;
-    auto& log_file = *f.value();
-    for (int i = 0; i < 3; ++i) log_file.on_decision(sample_record());
-    EXPECT_TRUE(read_lines(path).empty());  // buffered
-    ASSERT_TRUE(log_file.flush().has_value());
-    EXPECT_EQ(read_lines(path).size(), 3u);
-    ASSERT_EQ(std::rename(path.c_str(), (path + ".1").c_str()), 0);  // logrotate
-    log_file.on_decision(sample_record());
-    ASSERT_TRUE(log_file.reopen().has_value());  // flushes into the old file first
-    log_file.on_decision(sample_record());
-    log_file.on_decision(sample_record());
-    EXPECT_EQ(log_file.records(), 6u);
-  }  // destructor flushes
-  EXPECT_EQ(read_lines(path + ".1").size(), 4u);
-  EXPECT_EQ(read_lines(path).size(), 2u);
-  // A buffer much smaller than the records written: flushed as it fills, nothing lost.
-  {
-    auto f = DecisionLogFile::open(path, 4096);
-    ASSERT_TRUE(f.has_value());
-    for (int i = 0; i < 1000; ++i) f.value()->on_decision(sample_record());
+// The record `i` of producer `p`: time and port tell them apart.
+DecisionRecord numbered(int p, int i) {
+  DecisionRecord r = sample_record();
+  r.time = i;
+  r.subscriber_port = static_cast<uint16_t>(40000 + p);
+  return r;
+}
+
+std::string line_of(const DecisionRecord& r) {
+  char buf[DecisionRing::kMaxRecord];
+  const size_t n = format_decision_json(r, buf, sizeof buf);
+  return std::string(buf, n - 1);  // without its newline
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/rsfc_io_test_XXXXXX";
+    if (mkdtemp(tmpl) != nullptr) path = tmpl;
   }
-  EXPECT_EQ(read_lines(path).size(), 1002u);
-  for (const auto& l : read_lines(path)) ASSERT_EQ(l.front(), '{');
-  std::remove(path.c_str());
-  std::remove((path + ".1").c_str());
-  rmdir(dir.c_str());
-  EXPECT_FALSE(DecisionLogFile::open("/nonexistent-dir/x.jsonl").has_value());
+  ~TempDir() { (void)!std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+off_t size_of(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+// The worst case of every field: two full IPv6 addresses, the longest numbers, the downlink
+// queue field. The ring's record buffer must hold it with room to spare.
+TEST(DecisionLog, LongestRecordFitsTheRingsRecordBuffer) {
+  DecisionRecord r = sample_record();
+  uint8_t a[16];
+  std::memset(a, 0xfe, sizeof a);
+  r.subscriber = r.peer = IpAddr::v6(a);
+  r.time = INT64_MIN;
+  r.subscriber_port = r.peer_port = 65535;
+  r.knob = "downlink";
+  r.state = "no_timestamps";
+  r.tick_ms = r.t_buff_ms = r.rate_bps = r.rtt_min_ms = r.rtt_ms = r.q_down_ms = -1.23456e-300;
+  r.has_q_down = true;
+  r.window_bytes = r.target_bytes = UINT64_MAX;
+  char buf[DecisionRing::kMaxRecord];
+  const size_t n = format_decision_json(r, buf, sizeof buf);
+  ASSERT_GT(n, 0u);
+  EXPECT_LT(n, DecisionRing::kMaxRecord / 2) << buf;
+}
+
+TEST(DecisionLog, WritesWholeLinesOffThePacketPathAndReopensAfterRotation) {
+  TempDir dir;
+  const std::string path = dir.path + "/decisions.jsonl";
+  std::vector<std::string> want;
+  {
+    // A period of an hour: only flush(), reopen() and the destructor write.
+    auto f = DecisionLog::open(path, 1, {.period = std::chrono::hours(1)});
+    ASSERT_TRUE(f.has_value()) << f.error().message;
+    DecisionLog& log_file = *f.value();
+    DecisionSink& sink = *log_file.sink(0);
+    for (int i = 0; i < 3; ++i) sink.on_decision(numbered(0, i));
+    EXPECT_TRUE(read_lines(path).empty()) << "queued for the writer thread";
+    ASSERT_TRUE(log_file.flush().has_value());
+    EXPECT_EQ(read_lines(path),
+              (std::vector<std::string>{line_of(numbered(0, 0)), line_of(numbered(0, 1)),
+                                        line_of(numbered(0, 2))}));
+    ASSERT_EQ(std::rename(path.c_str(), (path + ".1").c_str()), 0);  // logrotate
+    sink.on_decision(numbered(0, 3));
+    ASSERT_TRUE(log_file.reopen(path, 0).has_value());  // what was queued: the old file
+    sink.on_decision(numbered(0, 4));
+    sink.on_decision(numbered(0, 5));
+    // A path that cannot be opened leaves the log where it was.
+    EXPECT_FALSE(log_file.reopen(dir.path + "/no/such/dir.jsonl", 0).has_value());
+    EXPECT_EQ(log_file.path(), path);
+  }  // the destructor writes what is queued
+  EXPECT_EQ(read_lines(path + ".1").size(), 4u);
+  EXPECT_EQ(read_lines(path + ".1").back(), line_of(numbered(0, 3)));
+  EXPECT_EQ(read_lines(path),
+            (std::vector<std::string>{line_of(numbered(0, 4)), line_of(numbered(0, 5))}));
+  EXPECT_FALSE(DecisionLog::open("/nonexistent-dir/x.jsonl", 1, {}).has_value());
+}
+
+// Two workers writing at full speed into small rings: every line in the file is one whole
+// record, each worker's in its order, and every record is either written or counted.
+TEST(DecisionLog, WorkersLinesNeverInterleaveAndEveryRecordIsAccountedFor) {
+  TempDir dir;
+  const std::string path = dir.path + "/decisions.jsonl";
+  constexpr int kRecords = 20000;
+  uint64_t full = 0;
+  uint64_t written = 0;
+  {
+    auto f = DecisionLog::open(path, 2,
+                               {.ring_bytes = 16 << 10, .period = std::chrono::milliseconds(1)});
+    ASSERT_TRUE(f.has_value()) << f.error().message;
+    std::vector<std::thread> workers;
+    for (int p = 0; p < 2; ++p) {
+      workers.emplace_back([&, p] {
+        for (int i = 0; i < kRecords; ++i) f.value()->sink(p)->on_decision(numbered(p, i));
+      });
+    }
+    for (auto& w : workers) w.join();
+    ASSERT_TRUE(f.value()->flush().has_value());
+    full = f.value()->dropped_queue_full();
+    written = f.value()->counters().records_written.get();
+    EXPECT_EQ(f.value()->counters().bytes_written.get(), static_cast<uint64_t>(size_of(path)));
+  }
+  const std::vector<std::string> lines = read_lines(path);
+  EXPECT_EQ(lines.size(), written);
+  EXPECT_EQ(written + full, 2u * kRecords);
+  int next[2] = {0, 0};
+  for (const std::string& l : lines) {
+    const int p = l.find("\"subscriber_port\":40001") != std::string::npos ? 1 : 0;
+    const long long t = std::atoll(l.c_str() + std::strlen("{\"time_ns\":"));
+    ASSERT_GE(t, next[p]) << "out of order: " << l;
+    ASSERT_EQ(l, line_of(numbered(p, static_cast<int>(t))));
+    next[p] = static_cast<int>(t) + 1;
+  }
+}
+
+// The writer stuck in write(2) (a FIFO nobody reads: a hung disk): the worker's ring fills,
+// further records are dropped and counted, and the worker is never held up. Once the
+// reader drains the FIFO everything queued arrives intact.
+TEST(DecisionLog, FullRingDropsAndCountsWhileTheWriterIsStuck) {
+  TempDir dir;
+  const std::string fifo = dir.path + "/stuck";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const int rd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // so that open() does not wait
+  ASSERT_GE(rd, 0);
+  constexpr int kRecords = 10000;  // ~3 MB: far more than the pipe (64 KiB) and ring hold
+  auto f =
+      DecisionLog::open(fifo, 1, {.ring_bytes = 16 << 10, .period = std::chrono::milliseconds(1)});
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  for (int i = 0; i < kRecords; ++i) f.value()->sink(0)->on_decision(numbered(0, i));
+  const uint64_t full = f.value()->dropped_queue_full();
+  EXPECT_GT(full, static_cast<uint64_t>(kRecords) * 9 / 10);
+  // A reload meanwhile (SIGHUP) waits a bounded time, and its reopen stays queued.
+  const std::string other = dir.path + "/after-reload.jsonl";
+  auto reopened = f.value()->reopen(other, 0, std::chrono::milliseconds(100));
+  ASSERT_FALSE(reopened.has_value());
+  EXPECT_NE(reopened.error().message.find("stuck"), std::string::npos) << reopened.error().message;
+  EXPECT_EQ(size_of(other), -1);
+  // Now read: the writer gets unstuck, the destructor writes the rest and closes.
+  std::string got;
+  std::thread reader([&] {
+    const int flags = fcntl(rd, F_GETFL);
+    fcntl(rd, F_SETFL, flags & ~O_NONBLOCK);
+    char buf[65536];
+    for (ssize_t n; (n = ::read(rd, buf, sizeof buf)) != 0;) {
+      if (n > 0) got.append(buf, static_cast<size_t>(n));
+    }
+  });
+  const uint64_t before_close = f.value()->counters().records_written.get();
+  f.value().reset();
+  reader.join();
+  ::close(rd);
+  std::istringstream in(got);
+  uint64_t lines = 0;
+  long long last = -1;
+  for (std::string l; std::getline(in, l); ++lines) {
+    const long long t = std::atoll(l.c_str() + std::strlen("{\"time_ns\":"));
+    ASSERT_GT(t, last);
+    ASSERT_EQ(l, line_of(numbered(0, static_cast<int>(t))));
+    last = t;
+  }
+  EXPECT_EQ(lines + full, static_cast<uint64_t>(kRecords));
+  EXPECT_GE(lines, before_close);
+  EXPECT_EQ(got.back(), '\n');
+  EXPECT_EQ(size_of(other), 0) << "the queued reopen was carried out once the writer could";
+}
+
+// decision_log_max_bytes: the file stops growing below the cap, with whole lines only, and
+// counts what it leaves out; after a rotation (or a truncation) it is written to again.
+TEST(DecisionLog, SizeCapIsNeverExceededAndRotationResumesWriting) {
+  TempDir dir;
+  const std::string path = dir.path + "/decisions.jsonl";
+  const size_t len = line_of(numbered(0, 0)).size() + 1;  // times 0..9 are one digit
+  const uint64_t cap = 5 * len + len / 2;
+  auto f = DecisionLog::open(path, 1, {.max_bytes = cap, .period = std::chrono::hours(1)});
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  DecisionLog& dl = *f.value();
+  for (int i = 0; i < 3; ++i) dl.sink(0)->on_decision(numbered(0, i));
+  ASSERT_TRUE(dl.flush().has_value());
+  for (int i = 3; i < 9; ++i) dl.sink(0)->on_decision(numbered(0, i));
+  ASSERT_TRUE(dl.flush().has_value());
+  EXPECT_EQ(read_lines(path).size(), 5u);
+  EXPECT_EQ(read_lines(path).back(), line_of(numbered(0, 4)));
+  EXPECT_LE(size_of(path), static_cast<off_t>(cap));
+  EXPECT_EQ(dl.counters().dropped_size_cap.get(), 4u);
+  dl.sink(0)->on_decision(numbered(0, 9));
+  ASSERT_TRUE(dl.flush().has_value());
+  EXPECT_EQ(dl.counters().dropped_size_cap.get(), 5u);
+  EXPECT_EQ(dl.counters().records_written.get(), 5u);
+  // logrotate and SIGHUP: a new file, written again.
+  ASSERT_EQ(std::rename(path.c_str(), (path + ".1").c_str()), 0);
+  ASSERT_TRUE(dl.reopen(path, cap).has_value());
+  for (int i = 0; i < 2; ++i) dl.sink(0)->on_decision(numbered(0, i));
+  ASSERT_TRUE(dl.flush().has_value());
+  EXPECT_EQ(read_lines(path).size(), 2u);
+  // copytruncate: the file shrinks under the writer, which sees it at its next wake-up.
+  for (int i = 0; i < 6; ++i) dl.sink(0)->on_decision(numbered(0, i));
+  ASSERT_TRUE(dl.flush().has_value());
+  EXPECT_EQ(read_lines(path).size(), 5u);
+  ASSERT_EQ(truncate(path.c_str(), 0), 0);
+  dl.sink(0)->on_decision(numbered(0, 7));
+  ASSERT_TRUE(dl.flush().has_value());
+  EXPECT_EQ(read_lines(path), std::vector<std::string>{line_of(numbered(0, 7))});
+  // A cap of 0 is no cap.
+  ASSERT_TRUE(dl.reopen(path, 0).has_value());
+  for (int i = 0; i < 9; ++i) dl.sink(0)->on_decision(numbered(0, i));
+  ASSERT_TRUE(dl.flush().has_value());
+  EXPECT_EQ(read_lines(path).size(), 10u);
+}
+
+// A failed write (here the file size limit, as a full disk would: a short write, then an
+// error) loses the records it could not write, counted; the partial line it left is ended
+// before the next write, so that every later line is whole again.
+TEST(DecisionLog, WriteErrorsAreCountedAndLeaveLaterLinesWhole) {
+  TempDir dir;
+  const std::string path = dir.path + "/decisions.jsonl";
+  const size_t len = line_of(numbered(0, 0)).size() + 1;
+  auto f = DecisionLog::open(path, 1, {.period = std::chrono::hours(1)});
+  ASSERT_TRUE(f.has_value());
+  DecisionLog& dl = *f.value();
+  struct sigaction ign {
+  }, old_action{};
+  ign.sa_handler = SIG_IGN;
+  ASSERT_EQ(sigaction(SIGXFSZ, &ign, &old_action), 0);
+  rlimit old_limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  rlimit limit = old_limit;
+  limit.rlim_cur = 2 * len + len / 2;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  for (int i = 0; i < 5; ++i) dl.sink(0)->on_decision(numbered(0, i));
+  const bool flushed = dl.flush().has_value();
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  ASSERT_EQ(sigaction(SIGXFSZ, &old_action, nullptr), 0);
+  ASSERT_TRUE(flushed);
+  EXPECT_EQ(dl.counters().records_written.get(), 2u);
+  EXPECT_EQ(dl.counters().dropped_write_error.get(), 3u);
+  dl.sink(0)->on_decision(numbered(0, 7));
+  ASSERT_TRUE(dl.flush().has_value());
+  const std::vector<std::string> lines = read_lines(path);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], line_of(numbered(0, 0)));
+  EXPECT_EQ(lines[1], line_of(numbered(0, 1)));
+  EXPECT_EQ(lines[2], line_of(numbered(0, 2)).substr(0, len / 2)) << "the torn line, ended";
+  EXPECT_EQ(lines[3], line_of(numbered(0, 7)));
+  EXPECT_EQ(dl.counters().records_written.get(), 3u);
+}
+
+// decision_log: "" on SIGHUP closes the file; records still arriving are discarded.
+TEST(DecisionLog, EmptyPathClosesAndAPathOpensAgain) {
+  TempDir dir;
+  const std::string path = dir.path + "/decisions.jsonl";
+  auto f = DecisionLog::open(path, 1, {.period = std::chrono::hours(1)});
+  ASSERT_TRUE(f.has_value());
+  DecisionLog& dl = *f.value();
+  dl.sink(0)->on_decision(numbered(0, 1));
+  ASSERT_TRUE(dl.reopen("", 0).has_value());
+  dl.sink(0)->on_decision(numbered(0, 2));
+  ASSERT_TRUE(dl.flush().has_value());
+  EXPECT_EQ(read_lines(path), std::vector<std::string>{line_of(numbered(0, 1))});
+  ASSERT_TRUE(dl.reopen(path, 0).has_value());
+  dl.sink(0)->on_decision(numbered(0, 3));
+  ASSERT_TRUE(dl.flush().has_value());
+  EXPECT_EQ(read_lines(path),
+            (std::vector<std::string>{line_of(numbered(0, 1)), line_of(numbered(0, 3))}));
+}
+
+TEST(DecisionLog, CountersOnTheMetricsPage) {
+  const std::string page = render_io_metrics({}, nullptr,
+                                             {.records = 7,
+                                              .bytes = 2100,
+                                              .dropped_queue_full = 3,
+                                              .dropped_size_cap = 2,
+                                              .dropped_write_error = 1});
+  for (const char* line :
+       {"rsfcd_decision_log_records_total 7\n", "rsfcd_decision_log_bytes_total 2100\n",
+        "rsfcd_decision_log_dropped_total{reason=\"queue_full\"} 3\n",
+        "rsfcd_decision_log_dropped_total{reason=\"size_cap\"} 2\n",
+        "rsfcd_decision_log_dropped_total{reason=\"write_error\"} 1\n",
+        "# TYPE rsfcd_decision_log_dropped_total counter\n"}) {
+    EXPECT_NE(page.find(line), std::string::npos) << line;
+  }
 }
 
 // ---- libevent wrappers + HTTP ---------------------------------------------------------------

@@ -110,6 +110,7 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
   core3.rsfc_flows_in_state[2].set(5);
   core3.rsfc_path_rebaselines.add(2);
   core3.handshake_ignored[static_cast<size_t>(HandshakeKind::kSynAck)].add(7);
+  core7.rst_ignored.add(4);
   core7.flows_subscriber_cap[static_cast<size_t>(CapAction::kUntracked)].add(2);
   core3.downlink_flows_in_state[static_cast<size_t>(DownlinkState::kDrain)].set(4);
   core3.downlink_windows_applied.add(21);
@@ -142,6 +143,8 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
            "rsfcd_handshake_ignored_total{queue=\"3\",kind=\"syn_ack\"} 7",
            "rsfcd_handshake_ignored_total{queue=\"3\",kind=\"syn\"} 0",
            "# TYPE rsfcd_handshake_ignored_total counter",
+           "rsfcd_rst_ignored_total{queue=\"7\"} 4",
+           "# TYPE rsfcd_rst_ignored_total counter",
            "rsfcd_flows_subscriber_cap_total{queue=\"7\",action=\"untracked\"} 2",
            "rsfcd_regulator_pool_used{queue=\"3\",knob=\"uplink\"} 17",
            "rsfcd_regulator_pool_used{queue=\"3\",knob=\"downlink\"} 0",

@@ -126,6 +126,8 @@ void learn_syn_ack(Flow& f, const PacketView& v, Direction dir) {
   receiver.edge_valid = true;
   sender.right_edge = v.seq + 1 + receiver.syn_window;
   sender.edge_valid = true;
+  sender.ack_sent = v.ack;
+  receiver.ack_sent = v.seq + 1;  // what it acknowledges once it takes the SYN-ACK
 }
 
 // What the uplink controller and DRWA tell the decision log.
@@ -413,6 +415,7 @@ uint32_t Engine::add_flow(const FlowKey& key, uint32_t h, const PacketView& v, D
   if (flows_->size() == flows_->capacity()) {
     drop_flow(flows_->victim(sub));
     counters_.flows_evicted.add();
+    counters_.flows_table_full.add();
   }
   uint32_t evicted;  // none: room was made above
   const uint32_t idx = flows_->insert(key, h, FlowClass::kTentative, now, &evicted, sub);
@@ -480,11 +483,16 @@ uint32_t Engine::subscriber_hash(const FlowKey& key) const {
   } else if (v.syn()) {
     if (!on_syn_ack(idx, v, dir, r.new_flow, now)) return false;
   } else if (v.rst()) {
+    if (!rst_acceptable(f, v, dir)) {
+      counters_.rst_ignored.add();
+      return false;
+    }
     f.state = FlowState::kClosed;
     flows_->set_class(idx, FlowClass::kClosed);
   } else {
     if (v.fin()) sender.fin_seen = true;
     note_handshake_ack(f, v, dir, now);
+    if (v.ack_flag() && f.scale_known && seq_gt(v.ack, sender.ack_sent)) sender.ack_sent = v.ack;
     if (f.state == FlowState::kSynAckSeen && v.ack_flag()) {
       f.state = FlowState::kEstablished;
       flows_->set_class(idx, FlowClass::kEstablished);
@@ -582,6 +590,33 @@ bool Engine::on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool f
   const bool repeat = sender.syn_seen && sender.isn == v.seq && (answers || !receiver.syn_seen);
   if (!repeat) counters_.handshake_ignored[static_cast<size_t>(HandshakeKind::kSynAck)].add();
   return false;
+}
+
+// Whether a RST may close its flow (RFC 5961 3, RFC 793 for SYN-SENT), so that a blind
+// spoofed RST cannot end the regulation of a live flow:
+// - once the window scales are known, its sequence number must lie in what its receiver
+//   accepts: from the highest ACK the receiver sent (its RCV.NXT is at least that) to the
+//   right edge advertised to the RST's sender. The receiver drops a RST outside that range
+//   itself, so ignoring it here loses nothing. Inclusive at the edge: a zero window leaves
+//   only seq == ack, which RFC 793 accepts;
+// - while only SYNs were seen, a RST answering a SYN must acknowledge it (ack == ISN + 1),
+//   and the SYN's sender's own RST carries ISN + 1;
+// - without a known window (a flow seen mid-stream, older than the daemon) nothing is
+//   regulated and nothing bounds the RST: it is accepted, as a stray RST is passed anyway;
+//   a closed flow has nothing left to close.
+bool Engine::rst_acceptable(const Flow& f, const PacketView& v, Direction dir) const {
+  const Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
+  const Endpoint& receiver = dir == Direction::kToSubscriber ? f.sub : f.peer;
+  if (f.state == FlowState::kClosed || f.state == FlowState::kMidstream) return true;
+  if (sender.edge_valid) {  // set with both ends' ack_sent (learn_syn_ack)
+    return !seq_lt(v.seq, receiver.ack_sent) && !seq_gt(v.seq, sender.right_edge);
+  }
+  if (f.state != FlowState::kSynSeen) return true;  // no window known yet
+  const Endpoint& initiator = f.sub_initiated ? f.sub : f.peer;
+  if (!initiator.syn_seen) return true;  // first seen at its SYN-ACK: never regulated
+  const bool answers = v.ack_flag() && receiver.syn_seen && v.ack == receiver.isn + 1;
+  const bool own = sender.syn_seen && v.seq == sender.isn + 1;
+  return answers || own;
 }
 
 // --- Feed the regulators -----------------------------------------------------------------

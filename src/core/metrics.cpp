@@ -162,7 +162,10 @@ constexpr QueueFamily<CoreCounters> kFlowFamilies[] = {
     {"rsfcd_flows_active", "gauge", "Flows tracked now.", &CoreCounters::flows_active},
     {"rsfcd_flows_created_total", "counter", "Flows created.", &CoreCounters::flows_created},
     {"rsfcd_flows_evicted_total", "counter",
-     "Flows evicted to make room for new ones (table full).", &CoreCounters::flows_evicted},
+     "Flows evicted to make room for new ones: the table was full "
+     "(rsfcd_flows_table_full_total) or the subscriber at flows.max_per_subscriber "
+     "(rsfcd_flows_subscriber_cap_total{action=\"evicted_own\"}).",
+     &CoreCounters::flows_evicted},
     {"rsfcd_flows_expired_total", "counter", "Flows expired by a timeout.",
      &CoreCounters::flows_expired},
     {"rsfcd_flows_closed_total", "counter", "Flows closed (FIN/RST both ways).",
@@ -174,8 +177,15 @@ constexpr QueueFamily<CoreCounters> kFlowFamilies[] = {
      "Flows regulated by rsfc (uplink) without TCP timestamps; observe, static and drwa "
      "flows are not counted.",
      &CoreCounters::flows_no_timestamps},
-    {"rsfcd_flows_table_full_total", "counter", "New flows refused because eviction found nothing.",
+    {"rsfcd_flows_table_full_total", "counter",
+     "New flows that found the flow table full (flows.max): each took the place of the least "
+     "valuable flow (closed, then embryonic or mid-stream, then established), also counted in "
+     "rsfcd_flows_evicted_total.",
      &CoreCounters::flows_table_full},
+    {"rsfcd_rst_ignored_total", "counter",
+     "RSTs outside their receiver's window (RFC 5961 3; during the handshake, not "
+     "acknowledging the SYN): passed untouched, their flow not closed.",
+     &CoreCounters::rst_ignored},
 };
 
 // After the per-state gauge rsfcd_rsfc_flows.

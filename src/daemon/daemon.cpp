@@ -112,8 +112,9 @@ class Worker {
   const VerdictFaultCounters& faults() const { return faults_; }
   const Heartbeat& heartbeat() const { return heartbeat_; }
 
-  // Start-up, on the main thread: opens the queue, the decision log and the event loop.
-  Expected<void> open(const Config& cfg) {
+  // Start-up, on the main thread: opens the queue and the event loop; decisions go to
+  // `decisions` (this worker's ring of the decision log, or null).
+  Expected<void> open(const Config& cfg, DecisionSink* decisions) {
     NfQueue::Options o;
     o.queue_num = queue_;
     o.maxlen = cfg.queue_maxlen;
@@ -127,12 +128,7 @@ class Worker {
     auto base = EventBase::create();
     if (!base) return base.error();
     base_ = std::move(base).value();
-    if (!cfg.decision_log.empty()) {
-      auto d = DecisionLogFile::open(cfg.decision_log);
-      if (!d) return d.error();
-      dlog_ = std::move(d).value();
-      engine_.set_decision_sink(dlog_.get());
-    }
+    engine_.set_decision_sink(decisions);
     auto q = NfQueue::open(o);
     if (!q) return q.error();
     nfq_ = std::move(q).value();
@@ -166,14 +162,13 @@ class Worker {
     });
   }
 
-  // Thread-safe: hands new parameters and decision log path to the worker (applied between
-  // batches), and asks it to reopen its decision log (rotation).
-  void post_params(std::shared_ptr<const EngineParams> p, std::string decision_log) {
+  // Thread-safe: hands new parameters and decision sink to the worker (applied between
+  // batches). The sink outlives the worker (Daemon::dlog_).
+  void post_params(std::shared_ptr<const EngineParams> p, DecisionSink* decisions) {
     {
       std::lock_guard lock(mu_);
       pending_ = std::move(p);
-      pending_log_ = std::move(decision_log);
-      reopen_log_ = true;
+      pending_sink_ = decisions;
     }
     wake_ev_.activate();
   }
@@ -254,10 +249,6 @@ class Worker {
     heartbeat_.beat();   // an idle worker still proves its loop runs, once a second
     (void)nfq_.flush();  // verdicts a failed flush kept get their next try (counted if lost)
     engine_.expire(monotonic_now());
-    if (dlog_) {
-      if (auto r = dlog_->flush(); !r)
-        log::warn("queue %u: %s", unsigned{queue_}, r.error().message.c_str());
-    }
     if (const int err = nfq_.last_kernel_error(); err != 0 && err != last_reported_kernel_error_) {
       log::warn("queue %u: the kernel rejected a verdict or config message: %s", unsigned{queue_},
                 std::strerror(err));
@@ -267,46 +258,19 @@ class Worker {
 
   void on_wake() {
     std::shared_ptr<const EngineParams> params;
-    std::string log_path;
-    bool reopen = false, stop = false;
+    DecisionSink* decisions = nullptr;
+    bool stop = false;
     {
       std::lock_guard lock(mu_);
       params = std::move(pending_);
-      log_path = pending_log_;
-      reopen = std::exchange(reopen_log_, false);
+      decisions = pending_sink_;
       stop = stop_;
     }
     if (params) {
       engine_.set_params(*params);
-      update_decision_log(log_path, reopen);
-    } else if (reopen && dlog_) {
-      if (auto r = dlog_->reopen(); !r)
-        log::warn("queue %u: %s", unsigned{queue_}, r.error().message.c_str());
+      engine_.set_decision_sink(decisions);
     }
     if (stop) shutdown();
-  }
-
-  void update_decision_log(const std::string& path, bool reopen) {
-    if (path.empty()) {
-      engine_.set_decision_sink(nullptr);
-      dlog_.reset();  // flushes
-      return;
-    }
-    if (dlog_ && dlog_->path() == path) {
-      if (reopen) {
-        if (auto r = dlog_->reopen(); !r)
-          log::warn("queue %u: %s", unsigned{queue_}, r.error().message.c_str());
-      }
-      return;
-    }
-    auto d = DecisionLogFile::open(path);
-    if (!d) {
-      log::error("queue %u: %s (decision log unchanged)", unsigned{queue_},
-                 d.error().message.c_str());
-      return;
-    }
-    dlog_ = std::move(d).value();
-    engine_.set_decision_sink(dlog_.get());
   }
 
   void shutdown() {
@@ -323,7 +287,6 @@ class Worker {
       log::error("queue %u: drain: %s", unsigned{queue_}, d.error().message.c_str());
     }
     engine_.set_decision_sink(nullptr);
-    dlog_.reset();
     base_.loop_break();
   }
 
@@ -334,7 +297,6 @@ class Worker {
   VerdictFaultCounters faults_;
   Heartbeat heartbeat_;
   Engine engine_;
-  std::unique_ptr<DecisionLogFile> dlog_;
   NfQueue nfq_;
   EventBase base_;
   Event read_ev_, tick_ev_, wake_ev_;
@@ -345,8 +307,7 @@ class Worker {
 
   std::mutex mu_;
   std::shared_ptr<const EngineParams> pending_;
-  std::string pending_log_;
-  bool reopen_log_ = false;
+  DecisionSink* pending_sink_ = nullptr;
   bool stop_ = false;
 
   std::thread thread_;
@@ -394,8 +355,13 @@ class Daemon {
     } catch (const std::exception& e) {
       return fail(Error::msg(std::string("cannot create the flow tables: ") + e.what()));
     }
-    for (auto& w : workers_) {
-      if (auto r = w->open(running_); !r) {
+    if (!running_.decision_log.empty()) {
+      auto d = open_decision_log(running_);
+      if (!d) return fail(d.error());
+      dlog_ = std::move(d).value();
+    }
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (auto r = workers_[i]->open(running_, decision_sink(i)); !r) {
         for (auto& o : workers_) o->abandon();
         return fail(r.error());
       }
@@ -423,6 +389,7 @@ class Daemon {
     for (auto& w : workers_) w->join();
     http_ = MetricsHttpServer();  // before the counters it reads go away
     workers_.clear();
+    dlog_.reset();  // the workers are done: writes what their rings still hold, closes
     if (!r) return fail(r.error());
     log::info("rsfcd: stopped");
     return kExitOk;
@@ -518,10 +485,47 @@ class Daemon {
     running_.log_level = loaded.log_level;
     log::set_level(running_.log_level);
     auto p = std::make_shared<const EngineParams>(running_.params);
-    running_.decision_log = loaded.decision_log;
-    for (auto& w : workers_) w->post_params(p, running_.decision_log);
+    update_decision_log(loaded);
+    for (size_t i = 0; i < workers_.size(); ++i) workers_[i]->post_params(p, decision_sink(i));
     log::info("reload: %s applied", path_.c_str());
     notify_systemd("READY=1");
+  }
+
+  // One writer thread for all workers, one ring each (decision_log.h).
+  Expected<std::unique_ptr<DecisionLog>> open_decision_log(const Config& c) const {
+    return DecisionLog::open(c.decision_log, workers_.size(),
+                             {.max_bytes = c.decision_log_max_bytes});
+  }
+
+  // Worker i's sink: its ring while the log is on, else none.
+  DecisionSink* decision_sink(size_t i) {
+    return dlog_ && !running_.decision_log.empty() ? dlog_->sink(i) : nullptr;
+  }
+
+  // How long a reload waits for the decision log's writer (stuck on a hung disk, it would
+  // hold signals, metrics and the watchdog).
+  static constexpr std::chrono::milliseconds kReopenWait{2000};
+
+  // SIGHUP: reopens the decision log (after a rotation, or at a new path, with the new cap),
+  // opens it for the first time, or closes it. A path that cannot be opened leaves the log
+  // as it was.
+  void update_decision_log(const Config& loaded) {
+    const std::string& path = loaded.decision_log;
+    if (path.empty()) {
+      if (dlog_) (void)dlog_->reopen("", 0, kReopenWait);  // the workers drop their sinks next
+    } else if (!dlog_) {
+      auto d = open_decision_log(loaded);
+      if (!d) {
+        log::error("reload: %s (the decision log stays off)", d.error().message.c_str());
+        return;
+      }
+      dlog_ = std::move(d).value();
+    } else if (auto r = dlog_->reopen(path, loaded.decision_log_max_bytes, kReopenWait); !r) {
+      log::error("reload: %s", r.error().message.c_str());
+      return;
+    }
+    running_.decision_log = path;
+    running_.decision_log_max_bytes = loaded.decision_log_max_bytes;
   }
 
   // On the main thread, per scrape: the kernel's queue counters, then everything rendered.
@@ -544,7 +548,17 @@ class Daemon {
     for (auto& w : workers_) views.push_back({w->queue(), &w->core_counters(), &w->io_counters()});
     std::vector<QueueFaultsView> faults;
     for (auto& w : workers_) faults.push_back({w->queue(), &w->faults()});
-    return render_prometheus(views, RSFC_VERSION) + render_io_metrics(faults, http_.counters());
+    DecisionLogStats dlog;
+    if (dlog_) {
+      const DecisionLogCounters& c = dlog_->counters();
+      dlog = {.records = c.records_written.get(),
+              .bytes = c.bytes_written.get(),
+              .dropped_queue_full = dlog_->dropped_queue_full(),
+              .dropped_size_cap = c.dropped_size_cap.get(),
+              .dropped_write_error = c.dropped_write_error.get()};
+    }
+    return render_prometheus(views, RSFC_VERSION) +
+           render_io_metrics(faults, http_.counters(), dlog);
   }
 
   std::string path_;
@@ -555,6 +569,7 @@ class Daemon {
   Event watchdog_ev_;
   WatchdogGate watchdog_gate_;
   bool stall_logged_ = false;
+  std::unique_ptr<DecisionLog> dlog_;  // outlives the workers, which write into its rings
   std::vector<std::unique_ptr<Worker>> workers_;
   MetricsHttpServer http_;  // destroyed first (declared last)
 };

@@ -986,6 +986,10 @@ const FieldTable<Config> kTopFields = {
      string_field(&Config::decision_log, "a file path (quote it), or \"\" for none"),
      "Write one JSON line per control decision (rsfc and drwa) to this file. Applies on SIGHUP, "
      "which also reopens the file (log rotation)."},
+    {"decision_log_max_bytes", uint_field(&Config::decision_log_max_bytes, 0, uint64_t{1} << 50),
+     "The decision log stops growing at this many bytes (whole lines; the records left out are "
+     "counted in rsfcd_decision_log_dropped_total{reason=\"size_cap\"}) until it is rotated: "
+     "after SIGHUP the reopened file is written to again. 0 = no limit. Applies on SIGHUP."},
     {"rsfc",
      section_field(
          kRsfcFields, [](auto& c) -> auto& { return c.params.rsfc; }),

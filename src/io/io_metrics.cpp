@@ -65,10 +65,30 @@ void append_help_type(std::string& out, std::string_view name, std::string_view 
   out.append(name).append(" ").append(type).append("\n");
 }
 
+void append_decision_log(std::string& out, const DecisionLogStats& d) {
+  const auto sample = [&](std::string_view name, std::string_view labels, uint64_t v) {
+    out.append(name).append(labels).append(" ").append(std::to_string(v)).append("\n");
+  };
+  append_help_type(out, "rsfcd_decision_log_records_total", "counter",
+                   "Records written to the decision log file.");
+  sample("rsfcd_decision_log_records_total", "", d.records);
+  append_help_type(out, "rsfcd_decision_log_bytes_total", "counter",
+                   "Bytes written to the decision log file.");
+  sample("rsfcd_decision_log_bytes_total", "", d.bytes);
+  append_help_type(out, "rsfcd_decision_log_dropped_total", "counter",
+                   "Decision records not written: queue_full, a worker's queue to the writer "
+                   "thread was full (the packet path never waits); size_cap, the file was at "
+                   "decision_log_max_bytes; write_error, the write failed.");
+  constexpr std::string_view kName = "rsfcd_decision_log_dropped_total";
+  sample(kName, "{reason=\"queue_full\"}", d.dropped_queue_full);
+  sample(kName, "{reason=\"size_cap\"}", d.dropped_size_cap);
+  sample(kName, "{reason=\"write_error\"}", d.dropped_write_error);
+}
+
 }  // namespace
 
 std::string render_io_metrics(const std::vector<QueueFaultsView>& queues,
-                              const HttpServerCounters* http) {
+                              const HttpServerCounters* http, const DecisionLogStats& dlog) {
   std::string out;
   for (const FaultFamily& f : kFaultFamilies) {
     append_help_type(out, f.name, "counter", f.help);
@@ -78,6 +98,7 @@ std::string render_io_metrics(const std::vector<QueueFaultsView>& queues,
       out.append(std::to_string((q.faults->*f.counter).get())).append("\n");
     }
   }
+  append_decision_log(out, dlog);
   if (http == nullptr) return out;
   for (const HttpFamily& f : kHttpFamilies) {
     append_help_type(out, f.name, f.type, f.help);

@@ -114,6 +114,7 @@ class Engine {
   uint32_t subscriber_hash(const FlowKey& key) const;
   bool on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now, PacketResult& r);
   bool on_syn_ack(uint32_t idx, const PacketView& v, Direction dir, bool first, Nanos now);
+  bool rst_acceptable(const Flow& f, const PacketView& v, Direction dir) const;
   // Parts of apply_knob.
   inline const DirectionParams& knob_params(Direction dir) const;
   inline uint64_t knob_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,

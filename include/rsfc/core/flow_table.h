@@ -33,6 +33,9 @@ struct FlowKey {
 struct Endpoint {
   uint32_t isn = 0;         // sequence number of its SYN
   uint32_t right_edge = 0;  // highest ack + window already advertised TO this endpoint
+  // Highest ACK this endpoint sent (its receive point), known with the other end's
+  // edge_valid: together they bound the sequence numbers of a valid RST to it (RFC 5961 3).
+  uint32_t ack_sent = 0;
   uint16_t mss = 0;         // from its SYN (0 = none)
   uint16_t syn_window = 0;  // window in its SYN (never scaled)
   uint8_t wscale_raw = 0;   // shift it announced in its SYN (raw; see Flow::scale_known)

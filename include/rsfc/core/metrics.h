@@ -85,10 +85,14 @@ struct CoreCounters {
   // the window-opening lag). Not counted: observe (estimates only), static (needs no
   // timestamps), the downlink's drwa. A flow counts once, from its first rsfc clamp.
   Counter flows_no_timestamps;
-  Counter flows_active;      // gauge
-  Counter flows_table_full;  // new flow refused because eviction found nothing
+  Counter flows_active;  // gauge
+  // New flows that found the table full: each took the place of the least valuable flow
+  // (also in flows_evicted). A full table always has one, so none is ever refused.
+  Counter flows_table_full;
   // SYNs and SYN-ACKs ignored on a flow they do not fit (spoofed, or too late to matter).
   std::array<Counter, static_cast<size_t>(HandshakeKind::kCount)> handshake_ignored{};
+  // RSTs outside the receiver's window (RFC 5961 3), passed without closing their flow.
+  Counter rst_ignored;
   // New flows of subscribers at their cap: own flows evicted for them (also in
   // flows_evicted), and packets left untracked (every packet of such a flow counts).
   std::array<Counter, static_cast<size_t>(CapAction::kCount)> flows_subscriber_cap{};

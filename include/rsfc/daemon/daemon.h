@@ -1,6 +1,6 @@
 // The rsfcd daemon: one worker thread per NFQUEUE queue (own netlink socket, own libevent
 // loop, own Engine; shared-nothing), signals and the /metrics HTTP endpoint on the main
-// thread's loop.
+// thread's loop, and with a decision log one writer thread draining a ring per worker.
 #pragma once
 
 #include <string>

@@ -25,6 +25,7 @@ struct Config {
   std::string metrics_listen = "127.0.0.1:9477";  // "" disables the HTTP endpoint
   LogLevel log_level = LogLevel::kInfo;
   std::string decision_log;  // JSON lines, one per control decision; "" = off (reloadable)
+  uint64_t decision_log_max_bytes = uint64_t{256} << 20;  // its size cap; 0 = none (reloadable)
   EngineParams params;
 };
 
