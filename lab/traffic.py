@@ -86,10 +86,12 @@ def set_cc(sock: socket.socket, cc: str | None) -> None:
 
 
 def send_for(sock: socket.socket, seconds: float, t0: float, sample: float,
-             stop: threading.Event | None = None) -> list:
+             stop: threading.Event | None = None, samples: list | None = None) -> list:
     """Sends as fast as the socket takes data for `seconds` (or until `stop`), sampling
-    tcp_info; then waits for the peer's FIN (everything delivered). Returns the samples."""
-    samples = []
+    tcp_info; then waits for the peer's FIN (everything delivered). Returns the samples,
+    appended to `samples` as they are taken when given (a caller that reports before the
+    drain ends, e.g. the server stopped at the end of a test, still has them)."""
+    samples = [] if samples is None else samples
     sock.setblocking(False)
     start = time.monotonic()
     end = start + seconds
@@ -140,9 +142,11 @@ def send_for(sock: socket.socket, seconds: float, t0: float, sample: float,
     return samples
 
 
-def recv_all(sock: socket.socket, t0: float, sample: float, first: bytes = b"") -> list:
-    """Reads to EOF; samples [t, bytes] every `sample` seconds (and at the end)."""
-    samples = []
+def recv_all(sock: socket.socket, t0: float, sample: float, first: bytes = b"",
+             samples: list | None = None) -> list:
+    """Reads to EOF; samples [t, bytes] every `sample` seconds (and at the end), appended
+    to `samples` as they are taken when given (see send_for)."""
+    samples = [] if samples is None else samples
     total = len(first)
     buf = bytearray(256 * 1024)
     sock.setblocking(True)
@@ -203,20 +207,28 @@ class Server:
             line, _, rest = head.partition(b"\n")
             words = line.decode(errors="replace").split()
             rec = {"peer": f"{peer[0]}:{peer[1]}", "t_accept": round(now_rel(self.t0), 4)}
+            # A bulk transfer's record is listed at once and its samples filled in as they are
+            # taken: a server stopped while a transfer still drains (a trace's outage holding
+            # the tail) reports what was measured instead of nothing.
             if words and words[0] == "BULK-UP":
-                rec.update(kind="up", tag=words[1] if len(words) > 1 else "")
-                rec["recv_samples"] = recv_all(c, self.t0, self.sample, rest)
+                rec.update(kind="up", tag=words[1] if len(words) > 1 else "", recv_samples=[])
+                with self.lock:
+                    self.conns.append(rec)
+                recv_all(c, self.t0, self.sample, rest, samples=rec["recv_samples"])
             elif words and words[0] == "BULK-DOWN":
-                rec.update(kind="down", tag=words[1], duration=float(words[2]))
-                rec["send_samples"] = send_for(c, float(words[2]), self.t0, self.sample)
-            elif words and words[0] == "GET":
-                rec.update(kind="web")
-                self._web(c, head)
-                rec["t_close"] = round(now_rel(self.t0), 4)
+                rec.update(kind="down", tag=words[1], duration=float(words[2]), send_samples=[])
+                with self.lock:
+                    self.conns.append(rec)
+                send_for(c, float(words[2]), self.t0, self.sample, samples=rec["send_samples"])
             else:
-                rec.update(kind="unknown", line=line[:80].decode(errors="replace"))
-            with self.lock:
-                self.conns.append(rec)
+                if words and words[0] == "GET":
+                    rec.update(kind="web")
+                    self._web(c, head)
+                    rec["t_close"] = round(now_rel(self.t0), 4)
+                else:
+                    rec.update(kind="unknown", line=line[:80].decode(errors="replace"))
+                with self.lock:
+                    self.conns.append(rec)
         except OSError:
             pass
         finally:
@@ -260,7 +272,9 @@ def cmd_server(a) -> int:
     srv.serve(stop)
     time.sleep(0.3)  # let handlers that just finished append their records
     with srv.lock:
-        out = {"conns": list(srv.conns), "web_requests": srv.web_requests,
+        # Copies: a transfer still draining keeps appending to its own sample list.
+        out = {"conns": [{k: list(v) if isinstance(v, list) else v for k, v in r.items()}
+                         for r in srv.conns], "web_requests": srv.web_requests,
                "web_bytes": srv.web_bytes}
     json.dump(out, sys.stdout)
     sys.stdout.write("\n")
