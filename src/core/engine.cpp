@@ -311,6 +311,8 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   } else if (!v.rst()) {
     r.flow = add_flow(key, h, v, r.direction, now);
     r.new_flow = r.flow != kNoFlow;
+    r.adopt_request = r.new_flow && params_.adopt_from_conntrack &&
+                      flows_->at(r.flow).state == FlowState::kMidstream;
   }
   return r.flow;
 }
@@ -439,7 +441,9 @@ bool Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now,
   Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
   const bool repeat = sender.syn_seen && sender.isn == v.seq;
   const bool open = f.state == FlowState::kSynSeen || f.state == FlowState::kSynAckSeen;
-  const bool beyond = sender.edge_valid && seq_gt(v.seq, sender.right_edge);
+  // An adopted flow (adopt()) knows no edge until an ACK has gone its sender's way: any new
+  // ISN counts as beyond it.
+  const bool beyond = !sender.edge_valid || seq_gt(v.seq, sender.right_edge);
   const bool restart =
       !repeat && (f.state == FlowState::kClosed || (f.state == FlowState::kEstablished && beyond));
   const bool takes = r.new_flow || restart || f.state == FlowState::kMidstream ||
