@@ -26,8 +26,10 @@
 #              (every forwarded packet; rsfcd passes what is not TCP through untouched).
 #
 # The rules live in their own chain (RSFCD, or $RSFCD_CHAIN) jumped to from FORWARD, in
-# both iptables and ip6tables ($RSFCD_FAMILIES, default "4 6"). `add` is idempotent: it
-# rewrites the chain and keeps one jump. `del` removes the jump and the chain. Needs root.
+# both iptables and ip6tables ($RSFCD_FAMILIES, default "4 6"). The chain's first rule, a
+# conntrack match without a target, turns connection tracking on for rsfcd's flow adoption
+# ($RSFCD_CONNTRACK=no leaves it out). `add` is idempotent: it rewrites the chain and keeps
+# one jump. `del` removes the jump and the chain. Needs root.
 #
 # Every rule has --queue-bypass: while no process is bound to the queue (rsfcd stopped,
 # restarting, or killed with -9), the kernel accepts the packets instead of dropping them.
@@ -48,6 +50,7 @@ CHAIN=${RSFCD_CHAIN:-RSFCD}
 IPT4=${IPTABLES:-iptables-legacy}
 IPT6=${IP6TABLES:-ip6tables-legacy}
 FAMILIES=${RSFCD_FAMILIES:-4 6}
+CONNTRACK=${RSFCD_CONNTRACK:-yes}
 for f in $FAMILIES; do
   case $f in 4 | 6) ;; *) echo "rsfcd-iptables: bad RSFCD_FAMILIES '$FAMILIES' (want 4 and/or 6)" >&2; exit 1 ;; esac
 done
@@ -230,6 +233,13 @@ add_rules() {
   ipt=$1
   family=$2
   chain_reset "$ipt"
+  # rsfcd adopts flows older than itself (a restart, an upgrade) with the window scales the
+  # kernel's connection tracking recorded (flows.adopt_from_conntrack). A network namespace
+  # tracks connections only once a rule needs it: this one does, and does nothing else (no
+  # target: it only counts). RSFCD_CONNTRACK=no leaves it out.
+  if [ "$CONNTRACK" != no ]; then
+    $ipt -w -A "$CHAIN" -m conntrack --ctstate INVALID
+  fi
   if [ -z "$IFACES" ] && [ -z "$PREFIXES" ]; then
     # shellcheck disable=SC2086
     $ipt -w -A "$CHAIN" $PMATCH -j $TARGET
