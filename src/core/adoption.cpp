@@ -1,5 +1,5 @@
 // Engine::adopt(): a flow whose handshake rsfcd did not see gets the window scales conntrack
-// recorded of it (rsfc/core/adoption.h, docs/DESIGN.md "Flow adoption").
+// recorded of it (rsfc/core/adoption.h, docs/DESIGN.md §5a).
 #include "rsfc/core/adoption.h"
 
 #include "rsfc/core/engine.h"

@@ -157,7 +157,7 @@ class Worker {
     return {};
   }
 
-  // Flow adoption (docs/DESIGN.md, "Flow adoption"): a socket to conntrack in the worker's
+  // Flow adoption (docs/DESIGN.md §5a): a socket to conntrack in the worker's
   // loop. Without it rsfcd runs on, and flows first seen mid-stream stay unregulated. The
   // start-up dump needs to know which flows this worker's queue gets; that is only sure with
   // one queue (--queue-balance hashes with a boot-time secret, and the u32 spreading of

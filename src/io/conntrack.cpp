@@ -255,8 +255,11 @@ long ConntrackClient::read_datagram() {
     if (n >= 0) return static_cast<long>(n);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-    if (errno == ENOBUFS) {  // answers lost: expire() gives their lookups up
-      quiet_ = true;
+    if (errno == ENOBUFS) {
+      // Answers were lost, which ones is unknown: every lookup in flight is given up (an
+      // answer that still comes is used, not counted again).
+      count(LookupResult::kError, in_flight_);
+      in_flight_ = 0;
       continue;
     }
     return -1;
@@ -264,7 +267,9 @@ long ConntrackClient::read_datagram() {
 }
 
 bool ConntrackClient::receive_with(EntryFn fn, void* ctx) {
-  for (;;) {
+  // A few datagrams per call: a dump of a big table must not hold the worker's packets up
+  // (the event is level-triggered: the rest is read on the next turn of the loop).
+  for (int i = 0; i < kDatagramsPerCall; ++i) {
     const long n = read_datagram();
     if (n == 0) return true;
     if (n < 0) return false;
@@ -277,11 +282,14 @@ bool ConntrackClient::receive_with(EntryFn fn, void* ctx) {
       if (a != Answer::kNone) fn(ctx, ct, a == Answer::kDumpEntry, established);
     }
   }
+  return true;
 }
 
-void ConntrackClient::answered() {
+bool ConntrackClient::answered() {
   quiet_ = false;
-  if (in_flight_ > 0) --in_flight_;
+  if (in_flight_ == 0) return false;  // given up already (expire(), ENOBUFS)
+  --in_flight_;
+  return true;
 }
 
 // One message: a lookup's answer (an entry or an error) or part of a dump.
@@ -293,8 +301,7 @@ ConntrackClient::Answer ConntrackClient::classify_answer(const nlmsghdr* nlh, Co
     if (from_dump) {
       dumping_ = false;
       if (std::exchange(dump_v6_next_, false)) (void)send_dump(6);
-    } else {
-      answered();
+    } else if (answered()) {
       count(err == -ENOENT ? LookupResult::kNotFound : LookupResult::kError);
     }
     return Answer::kNone;
@@ -304,13 +311,15 @@ ConntrackClient::Answer ConntrackClient::classify_answer(const nlmsghdr* nlh, Co
     if (parsed && counters_) counters_->dump_entries.add();
     return parsed ? Answer::kDumpEntry : Answer::kNone;
   }
-  answered();
+  const bool counts = answered();
   if (!parsed) {
-    count(LookupResult::kError);
+    if (counts) count(LookupResult::kError);
     return Answer::kNone;
   }
-  count(ct.original_scale_seen && ct.reply_scale_seen ? LookupResult::kFound
-                                                      : LookupResult::kNoScale);
+  if (counts) {
+    count(ct.original_scale_seen && ct.reply_scale_seen ? LookupResult::kFound
+                                                        : LookupResult::kNoScale);
+  }
   return Answer::kEntry;
 }
 

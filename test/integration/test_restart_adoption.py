@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 import topo as topo_mod
-from helpers import iperf3_server
+from helpers import iperf3_server, wait_listening
 from shaping import Direction, LinkSpec, Shaping
-from topo import SRV4
+from topo import PHONE4, SRV4
 
 REPO = Path(__file__).resolve().parents[2]
 LINK = LinkSpec(up=Direction(4_000_000, 512 * 1024, 20), down=Direction(20_000_000, 256 * 1024, 20))
@@ -189,7 +189,51 @@ def test_upload_is_regulated_again_within_a_second_of_each_restart(lab, rsfcd, a
             f"{kind}: no adopted flow under the controller within {REGULATED_BY_S} s"
         assert r["applied"] > 0, f"{kind}: the adopted upload's windows were never lowered"
         # At once: the upload no longer fills its buffer (a queue the new controller took for
-        # its minimum stands until its first scheduled drain, docs/DESIGN.md "Flow adoption").
+        # its minimum stands until its first scheduled drain, docs/DESIGN.md §5a).
         assert r["rtt_p50_ms"] < unregulated / 3, (kind, r["rtt_p50_ms"], unregulated)
         # After that drain: the level it was regulated to before the restart.
         assert r["late_p50_ms"] <= limit, (kind, r["late_p50_ms"], regulated)
+
+
+@pytest.mark.timeout(60)
+def test_two_queues_adopt_a_server_initiated_upload_at_its_first_packet(lab, rsfcd, artifacts,
+                                                                        prerequisites):
+    """With two queues a worker cannot tell which connections of the conntrack table the
+    kernel sends to it, so there is no start-up dump: each worker asks conntrack at a flow's
+    first packet. The server opens this connection (iperf3 -R from srv: the phone sends the
+    data), so the tuple rsfcd asks with (subscriber -> peer) is conntrack's reply direction,
+    and the phone is not the initiator."""
+    cfg = {"queues": [0, 1], "uplink": {"policy": "static", "static_window_bytes": 32768},
+           "downlink": {"policy": "off"}}
+    first = rsfcd(cfg, queues=(0, 1))
+    port = 5412
+    log = open(lab.workdir / "iperf3-phone-server.log", "wb")
+    lab.popen("phone", ["iperf3", "-s", "-1", "-p", str(port)], stdout=log,
+              stderr=subprocess.STDOUT)
+    log.close()
+    wait_listening(lab, "phone", port)
+    lab.popen("srv", ["iperf3", "-c", PHONE4, "-p", str(port), "-R", "-t", "12", "-b", "5M",
+                      "-C", "cubic"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(2)
+    assert first.metrics().value("rsfcd_windows_rewritten_total", direction="to_subscriber") > 0
+    first.kill(signal.SIGKILL)
+    first.proc.wait(timeout=5)
+    t_restart = time.monotonic()
+    d = topo_mod.Daemon(lab, cfg, binary=prerequisites, start=False)
+    artifacts.daemons.append(d)
+    artifacts.add("rsfcd log (restarted)", d.log_path)
+    d.start()
+    m = d.metrics()
+    while time.monotonic() < t_restart + REGULATED_BY_S:
+        m = d.metrics()
+        if m.value("rsfcd_windows_rewritten_total", direction="to_subscriber") > 0:
+            break
+        time.sleep(0.02)
+    took = time.monotonic() - t_restart
+    print(f"\ntwo queues, server-initiated upload: clamped again {took:.3f} s after the restart; "
+          f"lookups {m.series('rsfcd_conntrack_lookups_total')}")
+    assert m.value("rsfcd_conntrack_dump_entries_total") == 0, "no dump with two queues"
+    assert m.value("rsfcd_conntrack_lookups_total", result="found") >= 1
+    assert m.value("rsfcd_flows_adopted_total") >= 1
+    assert m.value("rsfcd_windows_rewritten_total", direction="to_subscriber") > 0, \
+        f"not clamped within {REGULATED_BY_S} s of the restart"

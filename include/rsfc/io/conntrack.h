@@ -1,6 +1,6 @@
 // Asks the kernel's connection tracking (ctnetlink: NETLINK_NETFILTER, NFNL_SUBSYS_CTNETLINK)
 // for the window scales of TCP connections whose handshake rsfcd did not see, so that the
-// engine can adopt them (rsfc/core/adoption.h, docs/DESIGN.md "Flow adoption").
+// engine can adopt them (rsfc/core/adoption.h, docs/DESIGN.md §5a).
 //
 // One non-blocking socket per worker, read from the worker's event loop. Lookups are queued
 // while a batch of packets is handled and sent together after its verdicts (flush()), so no
@@ -53,6 +53,7 @@ class ConntrackClient {
  public:
   static constexpr uint32_t kMaxOutstanding = 256;  // queued + sent, not yet answered
   static constexpr size_t kRequestBytes = 128;      // one GET: header + tuple (IPv6: 104)
+  static constexpr int kDatagramsPerCall = 8;       // receive() reads at most this many
 
   // Opens and binds the socket (non-blocking). Sending needs CAP_NET_ADMIN.
   static Expected<ConntrackClient> open(ConntrackCounters* counters);
@@ -75,9 +76,9 @@ class ConntrackClient {
   Expected<void> dump();
   bool dumping() const { return dumping_; }
 
-  // Reads every answer waiting (never blocks) and calls `on_entry(const ConntrackTcp&, bool
-  // from_dump, bool established)` for each connection found. Returns false on a socket
-  // error other than "nothing to read".
+  // Reads the answers waiting (never blocks; at most kDatagramsPerCall datagrams) and calls
+  // `on_entry(const ConntrackTcp&, bool from_dump, bool established)` for each connection found.
+  // Returns false on a socket error other than "nothing to read".
   template <typename F>
   bool receive(F&& on_entry) {
     using Fn = std::remove_reference_t<F>;
@@ -100,7 +101,7 @@ class ConntrackClient {
   long read_datagram();
   Answer classify_answer(const nlmsghdr* nlh, ConntrackTcp& ct, bool& established);
   Expected<void> send_dump(uint8_t family);
-  void answered();
+  bool answered();
   void count(LookupResult r, uint64_t n = 1) {
     if (counters_) counters_->lookups[static_cast<size_t>(r)].add(n);
   }
