@@ -243,6 +243,23 @@ TEST(Adoption, StartupAdoptionNeverEvictsATrackedFlow) {
   EXPECT_EQ(e.adopt(other, c.now), AdoptResult::kNoRoom);
   EXPECT_EQ(e.counters().flows_evicted.get(), 0u);
   EXPECT_EQ(e.flow(0).key.sub_port, kPhonePort);
+  // A subscriber at its cap keeps its own embryonic flow (a new packet would take its place).
+  EngineParams p = params();
+  p.max_flows_per_subscriber = 1;
+  Engine capped(100, p);
+  Conn d(capped);
+  d.from_phone({.seq = kPhoneIsn, .flags = tcpflag::kSyn, .wscale = 7});
+  EXPECT_EQ(capped.adopt(other, d.now), AdoptResult::kNoRoom);
+  EXPECT_EQ(capped.active_flows(), 1u);
+  EXPECT_EQ(capped.counters().flows_evicted.get(), 0u);
+  EXPECT_EQ(capped.counters().flows_subscriber_cap[0].get() +
+                capped.counters().flows_subscriber_cap[1].get(),
+            0u);
+  // Another subscriber's flow is adopted.
+  ConntrackTcp neighbour = other;
+  neighbour.original.src = neighbour.reply.dst = addr("198.18.0.3");
+  EXPECT_EQ(capped.adopt(neighbour, d.now), AdoptResult::kAdopted);
+  EXPECT_EQ(capped.active_flows(), 2u);
 }
 
 TEST(Adoption, NotASubscribersConnection) {

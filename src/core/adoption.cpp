@@ -4,6 +4,7 @@
 
 #include "rsfc/core/engine.h"
 #include "rsfc/core/flow_table.h"
+#include "rsfc/core/subscriber_table.h"
 #include "rsfc/core/window.h"
 
 namespace rsfc {
@@ -77,11 +78,20 @@ AdoptResult Engine::adopt(const ConntrackTcp& ct, Nanos now) {
   // picked up mid-stream has neither flag: without both the scales are not known.
   if (!ct.original_scale_seen || !ct.reply_scale_seen) return AdoptResult::kNoScale;
   if (idx == kNoFlow) {
-    // Start-up adoption never pushes out a flow the engine already tracks.
+    // Start-up adoption never pushes out a flow the engine already tracks: not when the
+    // table is full, nor one of the subscriber's own at its cap (add_flow would give one up).
     if (flows_->size() == flows_->capacity()) return AdoptResult::kNoRoom;
+    IpAddr sub_addr;
+    sub_addr.family = key.family;
+    sub_addr.bytes = key.sub_addr;
+    const uint32_t sub = subscribers_->add_flow(sub_addr, subscriber_hash(key));  // a probe
+    const bool at_cap = params_.max_flows_per_subscriber != 0 &&
+                        subscribers_->flows(sub) > params_.max_flows_per_subscriber;
+    subscribers_->remove_flow(sub);
+    if (at_cap) return AdoptResult::kNoRoom;
     const PacketView none;  // no SYN: a flow first seen without its handshake, counted so
     idx = add_flow(key, h, none, Direction::kFromSubscriber, now);
-    if (idx == kNoFlow) return AdoptResult::kNoRoom;  // the subscriber is at its cap
+    if (idx == kNoFlow) return AdoptResult::kNoRoom;  // cannot happen: room was checked
   }
   Flow& f = flows_->at(idx);
   const uint8_t initiator = effective_scale(ct.original_scale);
