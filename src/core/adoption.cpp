@@ -104,6 +104,7 @@ AdoptResult Engine::adopt(const ConntrackTcp& ct, Nanos now) {
   // stay unknown until an ACK has gone each way (apply_knob learns them).
   f.state = FlowState::kEstablished;
   flows_->set_class(idx, FlowClass::kEstablished);
+  regulators_adopted(idx);
   counters_.flows_adopted.add();
   return AdoptResult::kAdopted;
 }

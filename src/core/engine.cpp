@@ -211,6 +211,11 @@ void Engine::reset_flow_state(uint32_t idx) {
   regs_[idx] = FlowRegulators{};
 }
 
+// An adopted flow (adoption.cpp) started behind a queue its uplink regulator cannot see.
+void Engine::regulators_adopted(uint32_t idx) {
+  regs_[idx].up.on_adopted();
+}
+
 // A flow is being removed or reset: out of the per-state gauge, and its hold on its
 // subscriber's shared state released.
 void Engine::forget_flow(uint32_t idx) {

@@ -38,8 +38,8 @@ CFG = {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "off"}}
 UPLOAD_S = 60
 PING_INTERVAL_S = 0.02
 REGULATED_BY_S = 1.0  # the metrics must show adoption and clamping this soon after a restart
-RTT_EARLY_S = (1.0, 4.0)  # right after a restart: far below the unregulated RTT
-RTT_LATE_S = (9.0, 11.0)  # after the first scheduled drain: at the regulated level
+RTT_EARLY_S = (1.0, 4.0)  # from 1 s after a restart: back at the regulated level
+RTT_LATE_S = (4.0, 7.0)  # and staying there
 CONTROL_WINDOW_S = (3.0, 6.0)  # the unregulated control's buffer has filled by then
 
 
@@ -188,10 +188,9 @@ def test_upload_is_regulated_again_within_a_second_of_each_restart(lab, rsfcd, a
         assert r["regulating_after_s"] is not None, \
             f"{kind}: no adopted flow under the controller within {REGULATED_BY_S} s"
         assert r["applied"] > 0, f"{kind}: the adopted upload's windows were never lowered"
-        # At once: the upload no longer fills its buffer (a queue the new controller took for
-        # its minimum stands until its first scheduled drain, docs/DESIGN.md §5a).
-        assert r["rtt_p50_ms"] < unregulated / 3, (kind, r["rtt_p50_ms"], unregulated)
-        # After that drain: the level it was regulated to before the restart.
+        # Within a second the RTT is back at the level it was regulated to before the restart
+        # (the adopted controller drains the queue it started behind at once, §5a), and stays.
+        assert r["rtt_p50_ms"] <= limit, (kind, r["rtt_p50_ms"], regulated, unregulated)
         assert r["late_p50_ms"] <= limit, (kind, r["late_p50_ms"], regulated)
 
 

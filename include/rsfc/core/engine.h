@@ -129,6 +129,7 @@ class Engine {
   void join_subscriber(uint32_t idx);
 
   void reset_flow_state(uint32_t idx);
+  void regulators_adopted(uint32_t idx);  // adopt(): the regulators learn it
   void forget_flow(uint32_t idx);
   void leave_state_gauge(uint32_t idx);
   void leave_down_gauge(uint32_t idx);
