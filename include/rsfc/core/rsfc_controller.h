@@ -47,7 +47,8 @@
 //   (2) STARTUP -> FAST      the signals exist, t_buff > T
 //   (3) SLOW -> FAST         t_buff > T
 //   (4) FAST -> SLOW         t_buff <= T
-//   (5) SLOW/FAST -> MONITOR the flow sends and a min_refresh boundary passed (refresh_due())
+//   (5) SLOW/FAST -> MONITOR the flow sends and a min_refresh boundary passed (refresh_due());
+//                            for an adopted flow (on_adopted()) also its first step with data
 //   (6) FAST -> MONITOR      t_buff > T with the cut in force for monitor_after_steps steps in
 //                            which the link neither fell nor stopped
 //   (7) MONITOR -> SLOW      the buffer emptied (min(d) confirmed; on a long round trip t_buff
