@@ -47,6 +47,8 @@
 # keeps one jump. `del` removes the jump and the chains. Needs root. -k uses conntrack's
 # byte counters (the connbytes match turns nf_conntrack_acct on): connections older than the
 # rules have none and are never queued.
+# The chain's first rule, a conntrack match without a target, turns connection tracking on
+# for rsfcd's flow adoption ($RSFCD_CONNTRACK=no leaves it out; -k needs it anyway).
 #
 # Every rule has --queue-bypass: while no process is bound to the queue (rsfcd stopped,
 # restarting, or killed with -9), the kernel accepts the packets instead of dropping them.
@@ -68,6 +70,7 @@ QCHAIN=$CHAIN-Q
 IPT4=${IPTABLES:-iptables-legacy}
 IPT6=${IP6TABLES:-ip6tables-legacy}
 FAMILIES=${RSFCD_FAMILIES:-4 6}
+CONNTRACK=${RSFCD_CONNTRACK:-yes}
 for f in $FAMILIES; do
   case $f in 4 | 6) ;; *) echo "rsfcd-iptables: bad RSFCD_FAMILIES '$FAMILIES' (want 4 and/or 6)" >&2; exit 1 ;; esac
 done
@@ -394,6 +397,13 @@ add_rules() {
   ipt=$1
   family=$2
   chain_reset "$ipt"
+  # rsfcd adopts flows older than itself (a restart, an upgrade) with the window scales the
+  # kernel's connection tracking recorded (flows.adopt_from_conntrack). A network namespace
+  # tracks connections only once a rule needs it: this one does, and does nothing else (no
+  # target: it only counts). RSFCD_CONNTRACK=no leaves it out.
+  if [ "$CONNTRACK" != no ]; then
+    $ipt -w -A "$CHAIN" -m conntrack --ctstate INVALID
+  fi
   if [ "$KNOBS" = all ]; then
     QTO=$CHAIN
     queue_rules "$ipt" "$family"

@@ -84,6 +84,7 @@ TEST(Config, DefaultsForKeysLeftOut) {
     EXPECT_EQ(c.params.closed_timeout, 10 * kSecond);
     EXPECT_EQ(c.params.embryonic_timeout, 30 * kSecond);
     EXPECT_EQ(c.params.max_flows_per_subscriber, 4096u);
+    EXPECT_TRUE(c.params.adopt_from_conntrack);
     EXPECT_FALSE(c.params.rsfc.threshold.has_value());
     EXPECT_EQ(c.params.rsfc.threshold_floor, 20 * kMilli);
     EXPECT_EQ(c.params.rsfc.min_window_horizon, 10 * kSecond);
@@ -110,7 +111,7 @@ downlink: { policy: drwa, static_window_bytes: 4096 }
 min_window_bytes: 4000
 queue: { maxlen: 100_000, socket_buffer_bytes: 65536, batch: 1 }
 flows: { max: 5, idle_timeout_s: 86_400, closed_timeout_s: 1.5, embryonic_timeout_s: 7,
-         max_per_subscriber: 0 }
+         max_per_subscriber: 0, adopt_from_conntrack: false }
 metrics: { listen: "[::1]:9100" }
 log: { level: debug }
 decision_log: /var/log/rsfcd/decisions.jsonl
@@ -166,6 +167,7 @@ TEST(Config, EveryKeyMapsToItsField) {
   EXPECT_EQ(c.params.closed_timeout, 1'500 * kMilli);
   EXPECT_EQ(c.params.embryonic_timeout, 7 * kSecond);
   EXPECT_EQ(c.params.max_flows_per_subscriber, 0u);
+  EXPECT_FALSE(c.params.adopt_from_conntrack);
   EXPECT_EQ(c.metrics_listen, "[::1]:9100");
   EXPECT_EQ(c.log_level, LogLevel::kDebug);
   EXPECT_EQ(c.params.rsfc.threshold, std::optional<Nanos>(12'500 * kMicro));
@@ -314,6 +316,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.closed_timeout, dp.closed_timeout);
   EXPECT_EQ(p.embryonic_timeout, dp.embryonic_timeout);
   EXPECT_EQ(p.max_flows_per_subscriber, dp.max_flows_per_subscriber);
+  EXPECT_EQ(p.adopt_from_conntrack, dp.adopt_from_conntrack);
   EXPECT_EQ(p.rsfc.threshold, dp.rsfc.threshold);
   EXPECT_EQ(p.rsfc.threshold_floor, dp.rsfc.threshold_floor);
   EXPECT_EQ(p.rsfc.min_window_horizon, dp.rsfc.min_window_horizon);

@@ -524,6 +524,13 @@ struct Scenario {
   std::vector<Link::RateStep> down_rate_steps;  // downlink capacity changes (down_bps until)
   Nanos download_start = 0;                     // the downloads start this much later
   uint32_t seed = 0;  // != 0: other TS clock offsets (phone and server): another phase
+  // A restart of the regulating daemon (docs/DESIGN.md §5a): from restart_at on, for
+  // restart_gap, windows pass unclamped and no regulator is fed (the queue is bypassed); then
+  // every flow gets a fresh regulator that never saw its handshake (and fresh subscriber
+  // state), told it was adopted (on_adopted) when adopt_drains. 0 = no restart.
+  Nanos restart_at = 0;
+  Nanos restart_gap = 100 * kMilli;
+  bool adopt_drains = true;
   // Optional: shapes the phone's links (uplink, downlink) before the run, e.g. trace-driven
   // service (test/sim_trace_link.h).
   std::function<void(Link& up, Link& down)> shape_links;
@@ -549,8 +556,8 @@ inline Scenario lte_link() {
 // One sample of the measurement period (every 10 ms from the warmup on).
 struct Sample {
   Nanos t = 0;
-  double upq_ms = 0;          // uplink queue delay
-  uint64_t up_delivered = 0;  // in-order bytes the uploads' servers received so far, all flows
+  double upq_ms = 0;            // uplink queue delay
+  uint64_t up_delivered = 0;    // in-order bytes the uploads' servers received so far, all flows
   double downq_ms = 0;          // downlink queue delay
   uint64_t down_delivered = 0;  // in-order bytes the downloads' phones received so far
 };
@@ -642,8 +649,13 @@ class Simulation {
       };
       flows_.push_back(std::move(f));
       const Nanos start =
-          (upload ? sc_.upload_start + i * sc_.upload_stagger : sc_.download_start) + i * 3 * kMilli;
+          (upload ? sc_.upload_start + i * sc_.upload_stagger : sc_.download_start) +
+          i * 3 * kMilli;
       ev_.at(start, [this, id] { flows_[id]->phone->connect_as_client(); });
+    }
+    if (sc_.restart_at > 0) {
+      ev_.at(sc_.restart_at, [this] { bypass_ = true; });
+      ev_.at(sc_.restart_at + sc_.restart_gap, [this] { restart(); });
     }
     schedule_ping(50 * kMilli);
     schedule_sample(sc_.warmup);
@@ -734,6 +746,10 @@ class Simulation {
       to_srv_.send(p);
       return;
     }
+    if (bypass_) {
+      to_srv_.send(p);
+      return;
+    }
     FlowState& f = *flows_[p.flow];
     const Nanos now = ev_.now();
     if (sc_.uplink == Policy::kRsfc) f.rsfc.on_uplink_segment(now, p.seg, sc_.rsfc);
@@ -760,6 +776,20 @@ class Simulation {
     to_srv_.send(p);
   }
 
+  // The restarted daemon: nothing of the old one survives (docs/DESIGN.md §5a).
+  void restart() {
+    phone_uplink_ = SubscriberUplink{};
+    for (auto& f : flows_) {
+      f->rsfc = UplinkRegulator{};
+      if (sc_.subscriber_state) f->rsfc.attach(&phone_uplink_);
+      if (sc_.adopt_drains) f->rsfc.on_adopted();
+      f->drwa = DownlinkRegulator{};
+      f->dlq = DownlinkQueueRegulator{};
+      f->edge_to_phone_valid = f->edge_to_server_valid = false;
+    }
+    bypass_ = false;
+  }
+
   uint32_t downlink_queue_target(int flow, FlowState& f, Nanos now) {
     const WindowDecision d = f.dlq.target_window(now, sc_.dlq);
     if (d.stepped) {
@@ -784,6 +814,10 @@ class Simulation {
     }
     FlowState& f = *flows_[p.flow];
     const Nanos now = ev_.now();
+    if (bypass_) {
+      forward_down(f, p);
+      return;
+    }
     if (sc_.uplink == Policy::kRsfc) f.rsfc.on_downlink_segment(now, p.seg, sc_.rsfc);
     if (sc_.downlink_queue_regulator) {
       f.dlq.on_downlink_segment(now, p.seg, sc_.dlq);
@@ -808,6 +842,10 @@ class Simulation {
       f.edge_to_phone_valid = true;
       if (sc_.uplink == Policy::kRsfc) f.rsfc.on_window_forwarded(now, edge, sc_.rsfc);
     }
+    forward_down(f, p);
+  }
+
+  void forward_down(FlowState& f, const Packet& p) {
     if (!down_.send(p) && p.seg.payload_len > 0) {
       const Nanos delay = std::max<Nanos>(f.server->srtt, 50 * kMilli);
       const uint32_t seq = p.seg.seq, len = p.seg.payload_len;
@@ -865,6 +903,7 @@ class Simulation {
 
   Scenario sc_;
   SubscriberUplink phone_uplink_;  // declared before flows_: outlives their regulators
+  bool bypass_ = false;            // the daemon is restarting (Scenario::restart_at)
   EventQueue ev_;
   Link up_, down_, to_srv_, from_srv_;
   std::vector<std::unique_ptr<FlowState>> flows_;

@@ -707,6 +707,42 @@ INSTANTIATE_TEST_SUITE_P(Links, SimLinks,
                                            LinkCase{"lte_10_30", lte}),
                          [](const auto& p) { return std::string(p.param.name); });
 
+// A restarted daemon adopts an upload mid-stream (docs/DESIGN.md §5a): its new controller
+// starts behind the queue that stood then and would take it for part of its minimum until the
+// first scheduled drain (seconds later). Told it was adopted, it drains at once.
+TEST(SimRsfc, AdoptedUploadDrainsTheQueueItStartedBehindAtOnce) {
+  auto queue_after_restart = [](bool adopt_drains, uint32_t seed) {
+    sim::Scenario s = sim::three_g_link();
+    s.uploads = 1;
+    s.downloads = 0;
+    s.uplink = Policy::kRsfc;
+    s.seed = seed;
+    s.warmup = 8 * kSecond;
+    s.restart_at = 8 * kSecond;
+    s.restart_gap = 100 * kMilli;
+    s.adopt_drains = adopt_drains;
+    s.duration = 12 * kSecond;
+    sim::Simulation sim(s);
+    const sim::Result r = sim.run();
+    std::vector<double> q;  // the uplink queue 1-4 s after the restart
+    for (const auto& x : r.samples) {
+      if (x.t >= s.restart_at + 1 * kSecond && x.t < s.restart_at + 4 * kSecond)
+        q.push_back(x.upq_ms);
+    }
+    return sim::percentile(q, 0.5);
+  };
+  for (uint32_t seed : {0u, 1u, 2u}) {
+    const double adopted = queue_after_restart(true, seed);
+    const double later = queue_after_restart(false, seed);
+    std::printf(
+        "seed %u: uplink queue p50 1-4 s after the restart %.0f ms (first drain at "
+        "once) vs %.0f ms (at the first boundary)\n",
+        seed, adopted, later);
+    EXPECT_LT(adopted, 40.0) << "seed " << seed;
+    EXPECT_GT(later, 100.0) << "seed " << seed << ": without the drain the queue stands";
+  }
+}
+
 TEST(SimRsfc, PhoneTicksOtherThanOneMillisecond) {
   for (Nanos tick : {4 * kMilli, 10 * kMilli, Nanos{3'333'333}}) {
     Scenario s = three_g();

@@ -9,6 +9,9 @@
 # BALANCE: for a range, kernel (default: --queue-balance, a hash of both addresses) or
 #          subscriber (by the phone's address alone; see conf/rsfcd-iptables.sh -b).
 # RSFC_FAMILIES (env, default "4 6"): which of iptables/ip6tables get the rules.
+# RSFC_CONNTRACK (env, default yes): no leaves out the rule that turns connection tracking on
+#   (and with it the kernel's reassembly of fragments before FORWARD): flow adoption then
+#   finds nothing.
 # --queue-bypass: packets pass while no process is bound to the queue (fail open).
 set -eu
 
@@ -16,5 +19,5 @@ rules="$(dirname "$0")/../../conf/rsfcd-iptables.sh"
 if [ "${1:-}" = "--flush" ]; then
   exec sh "$rules" del
 fi
-RSFCD_FAMILIES="${RSFC_FAMILIES:-4 6}" exec sh "$rules" add -q "$1" -P "${2:-tcp}" \
+RSFCD_FAMILIES="${RSFC_FAMILIES:-4 6}" RSFCD_CONNTRACK="${RSFC_CONNTRACK:-yes}" exec sh "$rules" add -q "$1" -P "${2:-tcp}" \
   -b "${3:-kernel}" -i ran0

@@ -285,6 +285,14 @@ void Engine::reset_flow_state(uint32_t idx) {
   forget_flow(idx);
 }
 
+// An adopted flow (adoption.cpp) started behind a queue its regulators cannot see: the one it
+// has now learns it, and one taken later (uplink_slot) learns it when it is taken.
+void Engine::regulators_adopted(uint32_t idx) {
+  Flow& f = flows_->at(idx);
+  f.adopted = true;
+  if (f.up_slot != kNoSlot) regs_->up.at(f.up_slot).up.on_adopted();
+}
+
 // A flow is being removed or reset: out of the per-state gauges, its hold on its subscriber's
 // shared state released, its regulators' slots back in their pools.
 void Engine::forget_flow(uint32_t idx) {
@@ -393,6 +401,8 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   } else if (!v.rst()) {
     r.flow = add_flow(key, h, v, r.direction, now);
     r.new_flow = r.flow != kNoFlow;
+    r.adopt_request = r.new_flow && params_.adopt_from_conntrack &&
+                      flows_->at(r.flow).state == FlowState::kMidstream;
   }
   return r.flow;
 }
@@ -528,7 +538,9 @@ bool Engine::on_syn(uint32_t idx, const PacketView& v, Direction dir, Nanos now,
   Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
   const bool repeat = sender.syn_seen && sender.isn == v.seq;
   const bool open = f.state == FlowState::kSynSeen || f.state == FlowState::kSynAckSeen;
-  const bool beyond = sender.edge_valid && seq_gt(v.seq, sender.right_edge);
+  // An adopted flow (adopt()) knows no edge until an ACK has gone its sender's way: any new
+  // ISN counts as beyond it.
+  const bool beyond = !sender.edge_valid || seq_gt(v.seq, sender.right_edge);
   const bool restart =
       !repeat && (f.state == FlowState::kClosed || (f.state == FlowState::kEstablished && beyond));
   const bool takes = r.new_flow || restart || f.state == FlowState::kMidstream ||
@@ -664,6 +676,7 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
     join_subscriber(idx, s);  // before the handshake, as when it was fed live
   }
   replay_handshake(f, s.up, params_.rsfc);
+  if (f.adopted) s.up.on_adopted();
   return &s;
 }
 

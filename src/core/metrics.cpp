@@ -171,8 +171,13 @@ constexpr QueueFamily<CoreCounters> kFlowFamilies[] = {
     {"rsfcd_flows_closed_total", "counter", "Flows closed (FIN/RST both ways).",
      &CoreCounters::flows_closed},
     {"rsfcd_flows_unregulated_total", "counter",
-     "Flows first seen without their handshake (window scale unknown).",
+     "Flows first seen without their handshake (window scale unknown); those conntrack gave "
+     "their scales are also counted in rsfcd_flows_adopted_total.",
      &CoreCounters::flows_unregulated},
+    {"rsfcd_flows_adopted_total", "counter",
+     "Flows first seen without their handshake whose window scales came from conntrack: "
+     "regulated from then on.",
+     &CoreCounters::flows_adopted},
     {"rsfcd_flows_no_timestamps_total", "counter",
      "Flows regulated by rsfc (uplink) without TCP timestamps; observe, static and drwa "
      "flows are not counted.",

@@ -387,6 +387,17 @@ void UplinkRegulator::startup(Nanos now, const Signals& s, const RsfcParams& p) 
     window_ = std::max(s.in_flight * (1.0 + p.growth_per_rtt), min_window());
     state_ = RsfcState::kSlow;
   }
+  (void)drain_now(now, s, p);
+}
+
+// An adopted flow's first drain (on_adopted()): unscheduled, to the floor (its minimum is
+// not confirmed), as soon as the flow sends.
+bool UplinkRegulator::drain_now(Nanos now, const Signals& s, const RsfcParams& p) {
+  if (!drain_at_start_ || !s.sending) return false;
+  drain_at_start_ = false;
+  enter_monitor(now, s, p, false);
+  drain_.confirm_after_cut = true;
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -400,6 +411,7 @@ void UplinkRegulator::slow(Nanos now, const Signals& s, const RsfcParams& p) {
     enter_monitor(now, s, p, true);
     return;
   }
+  if (drain_now(now, s, p)) return;
   if (s.above(s.T())) {
     enter_fast(now, s, p);
     return;
@@ -481,6 +493,7 @@ void UplinkRegulator::fast(Nanos now, const Signals& s, const RsfcParams& p) {
     enter_monitor(now, s, p, true);
     return;
   }
+  if (drain_now(now, s, p)) return;
   size_fast(now, s, p);
   if (!s.above(s.T())) {
     state_ = RsfcState::kSlow;
@@ -547,8 +560,10 @@ double UplinkRegulator::bdp_plus_queue(Nanos rtt, const Signals& s, const RsfcPa
 // slow state (lab traces with a download: the UMTS upload 43 -> 46 %, EV-DO 10 -> 20 %,
 // medians of 15 start offsets in the simulation).
 void UplinkRegulator::monitor(Nanos now, const Signals& s, const RsfcParams& p) {
-  if ((confirmed_at() >= drain_.since && has_confirmation()) ||
-      (s.long_round_trip && s.sending && within_one_packet(s))) {
+  const bool may_confirm =
+      !drain_.confirm_after_cut || (drain_.steps > 0 && confirmed_at() >= drain_.in_force_at);
+  if (may_confirm && ((confirmed_at() >= drain_.since && has_confirmation()) ||
+                      (s.long_round_trip && s.sending && within_one_packet(s)))) {
     drain_confirmed_ = true;
     rises_at_drain_ = delay_.min_rises();
     leave_monitor(now, true);  // the buffer emptied: min(d) is current
@@ -561,6 +576,7 @@ void UplinkRegulator::monitor(Nanos now, const Signals& s, const RsfcParams& p) 
     restart_drain_measurement();
   }
   if (!cut_in_force()) return;
+  if (drain_.steps == 0) drain_.in_force_at = now;
   track_drain(now, s, p);
   if (drain_.steps < p.monitor_steps) ++drain_.steps;
   if (drain_.steps >= p.monitor_steps) end_drain(now, s, p);
@@ -605,6 +621,7 @@ void UplinkRegulator::enter_monitor(Nanos now, const Signals& s, const RsfcParam
   drain_.since = now;
   restart_drain_measurement();
   drain_.scheduled = scheduled;
+  drain_.confirm_after_cut = false;
   drain_.rate_before = s.rate;
   // Until a drain has confirmed min(d), the round trip itself may contain a queue taken for
   // the baseline (a flow that started behind its siblings' queue: its minimum, its round

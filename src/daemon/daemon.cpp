@@ -22,6 +22,7 @@
 #include "rsfc/core/engine.h"
 #include "rsfc/core/metrics.h"
 #include "rsfc/io/config.h"
+#include "rsfc/io/conntrack.h"
 #include "rsfc/io/decision_log.h"
 #include "rsfc/io/event_loop.h"
 #include "rsfc/io/http_metrics.h"
@@ -110,6 +111,10 @@ class Worker {
   const CoreCounters& core_counters() const { return engine_.counters(); }
   QueueCounters& io_counters() { return io_; }
   const VerdictFaultCounters& faults() const { return faults_; }
+  // Null when the worker has no conntrack socket.
+  const ConntrackCounters* conntrack_counters() const {
+    return ct_.is_open() ? &ct_counters_ : nullptr;
+  }
   const Heartbeat& heartbeat() const { return heartbeat_; }
 
   // Start-up, on the main thread: opens the queue and the event loop; decisions go to
@@ -146,7 +151,35 @@ class Worker {
     auto wake = Event::user(base_, [this](short) { on_wake(); });
     if (!wake) return wake.error();
     wake_ev_ = std::move(wake).value();
+    open_conntrack(cfg);
     return {};
+  }
+
+  // Flow adoption (docs/DESIGN.md §5a): a socket to conntrack in the worker's
+  // loop. Without it rsfcd runs on, and flows first seen mid-stream stay unregulated. The
+  // start-up dump needs to know which flows this worker's queue gets; that is only sure with
+  // one queue (--queue-balance hashes with a boot-time secret, and the u32 spreading of
+  // rsfcd-iptables.sh is not known to the daemon): with more, each worker adopts its flows at
+  // their first packet.
+  void open_conntrack(const Config& cfg) {
+    auto ct = ConntrackClient::open(&ct_counters_);
+    if (!ct) {
+      log::warn("queue %u: %s; flows first seen mid-stream stay unregulated", unsigned{queue_},
+                ct.error().message.c_str());
+      return;
+    }
+    auto ev = Event::reader(base_, ct->fd(), [this](short) { on_conntrack(); });
+    if (!ev) {
+      log::warn("queue %u: conntrack: %s", unsigned{queue_}, ev.error().message.c_str());
+      return;
+    }
+    ct_ = std::move(ct).value();
+    ct_ev_ = std::move(ev).value();
+    if (cfg.queues.size() == 1 && cfg.params.adopt_from_conntrack) {
+      if (auto d = ct_.dump(); !d) {
+        log::warn("queue %u: conntrack dump: %s", unsigned{queue_}, d.error().message.c_str());
+      }
+    }
   }
 
   void start() {
@@ -211,6 +244,8 @@ class Worker {
     PacketResult res;
     try {
       res = engine_.process(p.data, t0, meta);
+      // Asked after this batch's verdicts (on_readable): the packet never waits for it.
+      if (res.adopt_request && ct_.is_open()) (void)ct_.lookup(engine_.flow(res.flow).key);
     } catch (const std::exception& e) {  // the engine never throws; never lose a packet anyway
       uint64_t suppressed = 0;
       if (error_log_.allow(t0, suppressed)) {
@@ -235,6 +270,9 @@ class Worker {
     fresh_batch_ = true;
     auto r = nfq_.receive(batch_, [this](const NfqPacket& p) { handle(p); });
     auto f = nfq_.flush();
+    if (ct_.is_open()) {
+      if (auto c = ct_.flush(); !c) log_error(c.error().message.c_str());
+    }
     if (!r || !f) {
       uint64_t suppressed = 0;
       if (error_log_.allow(monotonic_now(), suppressed)) {
@@ -245,8 +283,32 @@ class Worker {
     }
   }
 
+  // Answers of conntrack: lookups and the start-up dump (established connections only).
+  void on_conntrack() {
+    const bool was_dumping = ct_.dumping();
+    const bool ok = ct_.receive([this](const ConntrackTcp& ct, bool from_dump, bool established) {
+      if (from_dump && !established) return;
+      const AdoptResult a = engine_.adopt(ct, monotonic_now());
+      if (from_dump && a == AdoptResult::kAdopted) ++dump_adopted_;
+    });
+    if (!ok) log_error("conntrack receive failed");
+    if (was_dumping && !ct_.dumping()) {
+      log::info("queue %u: adopted %llu flows from the conntrack table", unsigned{queue_},
+                static_cast<unsigned long long>(dump_adopted_));
+    }
+  }
+
+  void log_error(const char* what) {
+    uint64_t suppressed = 0;
+    if (error_log_.allow(monotonic_now(), suppressed)) {
+      log::error("queue %u: %s (%llu similar messages suppressed)", unsigned{queue_}, what,
+                 static_cast<unsigned long long>(suppressed));
+    }
+  }
+
   void on_tick() {
-    heartbeat_.beat();   // an idle worker still proves its loop runs, once a second
+    heartbeat_.beat();  // an idle worker still proves its loop runs, once a second
+    if (ct_.is_open()) ct_.expire();
     (void)nfq_.flush();  // verdicts a failed flush kept get their next try (counted if lost)
     engine_.expire(monotonic_now());
     if (const int err = nfq_.last_kernel_error(); err != 0 && err != last_reported_kernel_error_) {
@@ -276,6 +338,7 @@ class Worker {
   void shutdown() {
     read_ev_.remove();
     tick_ev_.remove();
+    ct_ev_.remove();
     // maxlen 0: the kernel (fail-open) accepts new packets itself; we verdict the rest.
     auto d = nfq_.drain_and_close([this](const NfqPacket& p) {
       fresh_batch_ = true;  // batches are not visible here: read per packet
@@ -298,8 +361,11 @@ class Worker {
   Heartbeat heartbeat_;
   Engine engine_;
   NfQueue nfq_;
+  ConntrackCounters ct_counters_;
+  ConntrackClient ct_;
+  uint64_t dump_adopted_ = 0;
   EventBase base_;
-  Event read_ev_, tick_ev_, wake_ev_;
+  Event read_ev_, tick_ev_, wake_ev_, ct_ev_;
   RateLimit error_log_{kSecond};
   Nanos clock_ = 0;  // CLOCK_MONOTONIC at the start of the packet being handled
   bool fresh_batch_ = true;
@@ -547,7 +613,7 @@ class Daemon {
     views.reserve(workers_.size());
     for (auto& w : workers_) views.push_back({w->queue(), &w->core_counters(), &w->io_counters()});
     std::vector<QueueFaultsView> faults;
-    for (auto& w : workers_) faults.push_back({w->queue(), &w->faults()});
+    for (auto& w : workers_) faults.push_back({w->queue(), &w->faults(), w->conntrack_counters()});
     DecisionLogStats dlog;
     if (dlog_) {
       const DecisionLogCounters& c = dlog_->counters();

@@ -931,6 +931,14 @@ const FieldTable<Config> kFlowsFields = {
      "takes the place of its own least recently seen closed or embryonic flow; if it has only "
      "established flows the new one passes untracked (unregulated) until one of them ends. "
      "Counted in rsfcd_flows_subscriber_cap_total."},
+    {"adopt_from_conntrack",
+     bool_field([](auto& c) -> auto& { return c.params.adopt_from_conntrack; }),
+     "A flow first seen mid-stream (older than this rsfcd: a restart, an upgrade, an eviction) "
+     "has no known window scale. With true, rsfcd asks the kernel's connection tracking for the "
+     "scales its handshake announced and regulates the flow from then on; with one queue it "
+     "also reads the whole table at start-up. Needs conntrack active in the gateway's network "
+     "namespace (any conntrack match in its rules). Counted in rsfcd_flows_adopted_total and "
+     "rsfcd_conntrack_lookups_total. false leaves such flows unregulated."},
 };
 
 const FieldTable<Config> kMetricsFields = {

@@ -85,6 +85,36 @@ void append_decision_log(std::string& out, const DecisionLogStats& d) {
   sample(kName, "{reason=\"write_error\"}", d.dropped_write_error);
 }
 
+void append_sample(std::string& out, std::string_view name, const std::string& labels, uint64_t v) {
+  out.append(name).append("{").append(labels).append("} ").append(std::to_string(v)).append("\n");
+}
+
+// Lookups by result, and the start-up dump's entries, per queue with a conntrack socket.
+void append_conntrack(std::string& out, const std::vector<QueueFaultsView>& queues) {
+  const char* lookups = "rsfcd_conntrack_lookups_total";
+  append_help_type(out, lookups, "counter",
+                   "Conntrack lookups of flows first seen mid-stream, by result: found (both "
+                   "window scales known), not_found, no_scale (conntrack did not see a scale "
+                   "either: the flow stays unregulated), error, dropped (too many outstanding).");
+  for (const QueueFaultsView& q : queues) {
+    if (q.conntrack == nullptr) continue;
+    for (size_t r = 0; r < q.conntrack->lookups.size(); ++r) {
+      append_sample(out, lookups,
+                    "queue=\"" + std::to_string(q.queue) + "\",result=\"" +
+                        to_string(static_cast<LookupResult>(r)) + "\"",
+                    q.conntrack->lookups[r].get());
+    }
+  }
+  const char* dumped = "rsfcd_conntrack_dump_entries_total";
+  append_help_type(out, dumped, "counter",
+                   "TCP connections read from the conntrack table at start-up (one queue only).");
+  for (const QueueFaultsView& q : queues) {
+    if (q.conntrack == nullptr) continue;
+    append_sample(out, dumped, "queue=\"" + std::to_string(q.queue) + "\"",
+                  q.conntrack->dump_entries.get());
+  }
+}
+
 }  // namespace
 
 std::string render_io_metrics(const std::vector<QueueFaultsView>& queues,
@@ -99,6 +129,7 @@ std::string render_io_metrics(const std::vector<QueueFaultsView>& queues,
     }
   }
   append_decision_log(out, dlog);
+  append_conntrack(out, queues);
   if (http == nullptr) return out;
   for (const HttpFamily& f : kHttpFamilies) {
     append_help_type(out, f.name, f.type, f.help);

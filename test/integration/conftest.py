@@ -137,17 +137,18 @@ def wire(lab, artifacts):
 
 @pytest.fixture
 def rsfcd(lab, artifacts, prerequisites):
-    """Factory: rsfcd(config_overrides, queues=[0], proto="tcp", balance="kernel") installs the
-    NFQUEUE rules (conf/rsfcd-iptables.sh) and starts the daemon in gw; returns a topo.Daemon
-    (stopped at teardown)."""
+    """Factory: rsfcd(config_overrides, queues=[0], proto="tcp", balance="kernel",
+    conntrack=True) installs the NFQUEUE rules (conf/rsfcd-iptables.sh; conntrack=False without
+    its connection tracking rule) and starts the daemon in gw; returns a topo.Daemon (stopped
+    at teardown)."""
     started = []
 
     def start(config: dict | None = None, queues=(0,), proto: str = "tcp", rules: bool = True,
-              balance: str = "kernel"):
+              balance: str = "kernel", conntrack: bool = True):
         cfg = dict(config or {})
         cfg.setdefault("queues", list(queues))
         if rules:
-            lab.nfqueue_rules(list(queues), proto=proto, balance=balance)
+            lab.nfqueue_rules(list(queues), proto=proto, balance=balance, conntrack=conntrack)
         d = topo_mod.Daemon(lab, cfg, binary=prerequisites, start=False)
         artifacts.daemons.append(d)
         artifacts.add("rsfcd config", d.config_path)

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "rsfc/core/adoption.h"
 #include "rsfc/core/decision_record.h"
 #include "rsfc/core/downlink_regulator.h"
 #include "rsfc/core/flow_table.h"
@@ -34,6 +35,9 @@ struct PacketResult {
   // The packet started the flow now in `flow`: its first packet, or a SYN that restarted it
   // on reused ports.
   bool new_flow = false;
+  // The packet started a flow whose handshake was not seen (FlowState::kMidstream) and
+  // adoption is on: the shell may ask conntrack for its window scales and call adopt().
+  bool adopt_request = false;
   // The flow-table slot of the packet's flow (see flow()); kNoFlow when no flow tracks it
   // (unparsed, not a subscriber's, both knobs off, a RST of no known flow, a new flow of a
   // subscriber at its flow cap).
@@ -76,6 +80,13 @@ class Engine {
   // (then result.modified is true and the checksum is correct). Never fails: anything not
   // understood comes back with modified == false.
   PacketResult process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta = {});
+
+  // Installs the window scales conntrack recorded (adoption.h) on the flow they belong to:
+  // a flow first seen mid-stream becomes established and regulated like one whose handshake
+  // was seen (its right edges are learnt from the next ACKs); an absent flow is created so
+  // (start-up adoption), unless that would evict another. A flow that saw a handshake of its
+  // own is never overridden. Both directions' scales are needed, else nothing changes.
+  AdoptResult adopt(const ConntrackTcp& ct, Nanos now);
 
   // Drops idle and closed flows. Call about once a second.
   void expire(Nanos now);
@@ -135,6 +146,7 @@ class Engine {
   void note_handshake_ack(Flow& f, const PacketView& v, Direction dir, Nanos now);
 
   void reset_flow_state(uint32_t idx);
+  void regulators_adopted(uint32_t idx);  // adopt(): the regulators learn it
   void forget_flow(uint32_t idx);
   void leave_state_gauge(UplinkSlot& s);
   void leave_down_gauge(DownlinkSlot& s);

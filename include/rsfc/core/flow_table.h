@@ -120,6 +120,7 @@ struct Flow {
   // knob untouched for its life (counted once, CoreCounters::regulator_pool_full).
   bool up_refused : 1 = false;
   bool down_refused : 1 = false;
+  bool adopted : 1 = false;  // its window scales came from conntrack (Engine::adopt)
 };
 
 class FlowTable {

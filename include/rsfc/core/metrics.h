@@ -81,6 +81,7 @@ struct CoreCounters {
   Counter checksum_full;                                // full checksum computed (CSUMNOTREADY)
   Counter flows_created, flows_evicted, flows_expired, flows_closed;
   Counter flows_unregulated;  // distinct flows first seen without their handshake
+  Counter flows_adopted;      // of those, flows given their window scales by conntrack
   // Distinct flows whose uplink knob rsfc regulates without TCP timestamps (it then runs on
   // the window-opening lag). Not counted: observe (estimates only), static (needs no
   // timestamps), the downlink's drwa. A flow counts once, from its first rsfc clamp.

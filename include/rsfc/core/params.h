@@ -85,6 +85,9 @@ struct EngineParams {
   // flow takes the place of the subscriber's own oldest closed or embryonic flow, else it is
   // left untracked: never another subscriber's flow.
   uint32_t max_flows_per_subscriber = 4096;
+  // Flows first seen mid-stream are reported (PacketResult::adopt_request) so that the shell
+  // can ask conntrack for their window scales (Engine::adopt); false leaves them unregulated.
+  bool adopt_from_conntrack = true;
   RsfcParams rsfc;
   DrwaParams drwa;
 };

@@ -47,7 +47,8 @@
 //   (2) STARTUP -> FAST      the signals exist, t_buff > T
 //   (3) SLOW -> FAST         t_buff > T
 //   (4) FAST -> SLOW         t_buff <= T
-//   (5) SLOW/FAST -> MONITOR the flow sends and a min_refresh boundary passed (refresh_due())
+//   (5) SLOW/FAST -> MONITOR the flow sends and a min_refresh boundary passed (refresh_due());
+//                            for an adopted flow (on_adopted()) also its first step with data
 //   (6) FAST -> MONITOR      t_buff > T with the cut in force for monitor_after_steps steps in
 //                            which the link neither fell nor stopped
 //   (7) MONITOR -> SLOW      the buffer emptied (min(d) confirmed; on a long round trip t_buff
@@ -125,6 +126,10 @@ class UplinkRegulator {
   void on_downlink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
   WindowDecision target_window(Nanos now, const RsfcParams& p);
   void on_window_forwarded(Nanos now, uint32_t right_edge, const RsfcParams& p);
+  // The flow was adopted mid-stream (Engine::adopt, docs/DESIGN.md §5a): it started behind
+  // whatever queue stood then, and its minimum has that queue in it. Its first drain comes at
+  // its first step with data, not at a boundary after the hold-off (seconds later).
+  void on_adopted() { drain_at_start_ = true; }
   // Optional: offsets this flow's scheduled drains. Give every flow of one subscriber the
   // same phase (e.g. a hash of its address modulo min_refresh) so that they drain together,
   // and different subscribers different phases so that the gateway's load does not dip all
@@ -212,6 +217,11 @@ class UplinkRegulator {
     uint32_t drops_before = 0;  // delay_.min_drops() then
     uint8_t steps = 0;          // steps with the cut in force
     bool scheduled = false;     // at a min_refresh boundary: every flow of the phone drains
+    // An adopted flow's first drain (drain_now()): its min(d) is as young as the flow, and
+    // the standing queue it holds keeps "confirming" it, so only a sample from the first step
+    // with the cut in force on counts (the phone then has no more than the cut in flight).
+    bool confirm_after_cut = false;
+    Nanos in_force_at = 0;  // the first step with the cut in force
     // The path check's span: its start, the highest data end then, and its two halves.
     Nanos check_since = 0;
     uint32_t check_end = 0;
@@ -261,6 +271,7 @@ class UplinkRegulator {
   double bdp_plus_queue(Nanos rtt, const Signals& s, const RsfcParams& p) const;
   // MONITOR.
   bool refresh_due(Nanos now, const RsfcParams& p) const;
+  bool drain_now(Nanos now, const Signals& s, const RsfcParams& p);
   void enter_monitor(Nanos now, const Signals& s, const RsfcParams& p, bool scheduled);
   void track_drain(Nanos now, const Signals& s, const RsfcParams& p);
   void end_drain(Nanos now, const Signals& s, const RsfcParams& p);
@@ -347,6 +358,7 @@ class UplinkRegulator {
   uint32_t rises_at_drain_ = 0;  // delay_.min_rises() when a drain last confirmed min(d)
   uint32_t path_rebaselines_ = 0;
   bool drain_confirmed_ = false;  // a drain has emptied the buffer once (min(d) confirmed)
+  bool drain_at_start_ = false;   // adopted: drain at the first step with data (on_adopted())
 
   // The subscriber's share (subscriber_share()).
   SubscriberUplink* sub_ = nullptr;
