@@ -48,12 +48,18 @@ def saved(run, ipt: str = "iptables-legacy") -> list[str]:
     return [r for r in run(f"{ipt}-save", "-t", "filter").splitlines() if r.startswith("-A")]
 
 
+# Every mode's chain starts with a conntrack match without a target: it turns connection
+# tracking on in the namespace, for rsfcd's flow adoption (RSFCD_CONNTRACK=no leaves it out).
+CONNTRACK_ON = "-A RSFCD -m conntrack --ctstate INVALID"
+
+
 def test_rule_set_per_mode(scratch):
     run = scratch
     # -k all (the default): the rules of before, no queueing chain.
     run("sh", str(SCRIPT), "add", "-q", "0", "-i", "ran0")
     assert saved(run) == [
         "-A FORWARD -j RSFCD",
+        CONNTRACK_ON,
         "-A RSFCD -i ran0 -p tcp -j NFQUEUE --queue-num 0 --queue-bypass",
         "-A RSFCD -o ran0 -p tcp -j NFQUEUE --queue-num 0 --queue-bypass",
     ]
@@ -64,6 +70,7 @@ def test_rule_set_per_mode(scratch):
         run("sh", str(SCRIPT), "add", "-q", "0", "-i", "ran0", "-k", "uplink")
     assert saved(run) == [
         "-A FORWARD -j RSFCD",
+        CONNTRACK_ON,
         f"-A RSFCD -i ran0 -p tcp -m conntrack --ctdir ORIGINAL {bytes_match(65536, 'original')}",
         f"-A RSFCD -i ran0 -p tcp -m conntrack --ctdir REPLY {bytes_match(65536, 'reply')}",
         f"-A RSFCD -o ran0 -p tcp -m conntrack --ctdir REPLY {bytes_match(65536, 'original')}",
@@ -75,6 +82,7 @@ def test_rule_set_per_mode(scratch):
     run("sh", str(SCRIPT), "add", "-q", "0", "-i", "ran0", "-k", "downlink", "-t", "1000")
     assert saved(run) == [
         "-A FORWARD -j RSFCD",
+        CONNTRACK_ON,
         f"-A RSFCD -i ran0 -p tcp -m conntrack --ctdir ORIGINAL {bytes_match(1000, 'reply')}",
         f"-A RSFCD -i ran0 -p tcp -m conntrack --ctdir REPLY {bytes_match(1000, 'original')}",
         f"-A RSFCD -o ran0 -p tcp -m conntrack --ctdir REPLY {bytes_match(1000, 'reply')}",
@@ -90,6 +98,7 @@ def test_rule_set_per_mode(scratch):
         rules = saved(run, ipt)
         sel = [r for r in rules if r.startswith("-A RSFCD ")]
         assert sel == [
+            CONNTRACK_ON,
             f"-A RSFCD -s {p} -p tcp -m tcp --tcp-flags SYN SYN -g RSFCD-Q",
             f"-A RSFCD -d {p} -p tcp -m tcp --tcp-flags SYN SYN -g RSFCD-Q",
             f"-A RSFCD -s {p} -p tcp {bytes_match(65536, 'original')}",
