@@ -520,6 +520,9 @@ struct Scenario {
   // The downlink knob runs DownlinkQueueRegulator (whatever `downlink` says).
   bool downlink_queue_regulator = false;
   DownlinkQueueParams dlq;
+  // The downlink queue regulator sees nothing before this time (it starts mid-flow, as after
+  // a reload to downlink rsfc, a restart or a flow adopted from conntrack).
+  Nanos downlink_regulator_start = 0;
   std::vector<Link::Outage> down_outages;       // downlink outages (packets wait them out)
   std::vector<Link::RateStep> down_rate_steps;  // downlink capacity changes (down_bps until)
   Nanos download_start = 0;                     // the downloads start this much later
@@ -549,8 +552,8 @@ inline Scenario lte_link() {
 // One sample of the measurement period (every 10 ms from the warmup on).
 struct Sample {
   Nanos t = 0;
-  double upq_ms = 0;          // uplink queue delay
-  uint64_t up_delivered = 0;  // in-order bytes the uploads' servers received so far, all flows
+  double upq_ms = 0;            // uplink queue delay
+  uint64_t up_delivered = 0;    // in-order bytes the uploads' servers received so far, all flows
   double downq_ms = 0;          // downlink queue delay
   uint64_t down_delivered = 0;  // in-order bytes the downloads' phones received so far
 };
@@ -642,7 +645,8 @@ class Simulation {
       };
       flows_.push_back(std::move(f));
       const Nanos start =
-          (upload ? sc_.upload_start + i * sc_.upload_stagger : sc_.download_start) + i * 3 * kMilli;
+          (upload ? sc_.upload_start + i * sc_.upload_stagger : sc_.download_start) +
+          i * 3 * kMilli;
       ev_.at(start, [this, id] { flows_[id]->phone->connect_as_client(); });
     }
     schedule_ping(50 * kMilli);
@@ -737,14 +741,15 @@ class Simulation {
     FlowState& f = *flows_[p.flow];
     const Nanos now = ev_.now();
     if (sc_.uplink == Policy::kRsfc) f.rsfc.on_uplink_segment(now, p.seg, sc_.rsfc);
-    if (sc_.downlink_queue_regulator) {
+    const bool dlq_on = sc_.downlink_queue_regulator && now >= sc_.downlink_regulator_start;
+    if (dlq_on) {
       f.dlq.on_uplink_segment(now, p.seg, sc_.dlq);
     } else if (sc_.downlink == Policy::kDrwa) {
       f.drwa.on_uplink_segment(now, p.seg, sc_.drwa);
     }
     if (p.seg.ack_flag() && !p.seg.syn()) {
       uint32_t target = kNoClamp;
-      if (sc_.downlink_queue_regulator) {
+      if (dlq_on) {
         target = downlink_queue_target(p.flow, f, now);
       } else if (sc_.downlink == Policy::kDrwa) {
         target = f.drwa.target_window(now, sc_.drwa).window;
@@ -785,7 +790,7 @@ class Simulation {
     FlowState& f = *flows_[p.flow];
     const Nanos now = ev_.now();
     if (sc_.uplink == Policy::kRsfc) f.rsfc.on_downlink_segment(now, p.seg, sc_.rsfc);
-    if (sc_.downlink_queue_regulator) {
+    if (sc_.downlink_queue_regulator && now >= sc_.downlink_regulator_start) {
       f.dlq.on_downlink_segment(now, p.seg, sc_.dlq);
     } else if (sc_.downlink == Policy::kDrwa) {
       f.drwa.on_downlink_segment(now, p.seg, sc_.drwa);
