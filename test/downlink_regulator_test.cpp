@@ -277,6 +277,32 @@ TEST_P(SimDownlinkQueue, TimestamplessPhoneNoHarm) {
   }
 }
 
+// (e) Started mid-flow: the regulator sees nothing of the download's first 10 s (a reload to
+// downlink rsfc, a restart, a flow adopted from conntrack), which has filled the downlink
+// buffer; measured 10-20 s after the start.
+// Hypothesis: a regulator that did not see the handshake drains at once, to the floor (the
+// queue that was there is in min(d) and in every round trip it measured, so a drain sized on
+// them would not empty it), and then holds the queue as one started at the handshake does.
+// Killed by: on any seed, the downlink queue's p95 more than 25 ms above the handshake-start
+// run's over the same window, the download below 97 % of unregulated, or the regulator not
+// out of STARTUP.
+TEST_P(SimDownlinkQueue, StartedMidFlowHoldsTheQueueAsFromTheHandshake) {
+  Scenario base = GetParam().make();
+  base.uploads = 0;
+  base.duration = 30 * kSecond;
+  base.warmup = 20 * kSecond;
+  Scenario late = base;
+  late.downlink_regulator_start = 10 * kSecond;
+  for (int seed = 0; seed < kSeeds; ++seed) {
+    const PolicyRun off = run(base, Down::kOff, seed, "download alone, 20-30 s");
+    const PolicyRun q = run(base, Down::kQueue, seed, "download alone, 20-30 s");
+    const PolicyRun mid = run(late, Down::kQueue, seed, "regulator from 10 s, 20-30 s");
+    EXPECT_NE(mid.state, DownlinkState::kStartup) << "seed " << seed;
+    EXPECT_LE(mid.r.downq_p95_ms, q.r.downq_p95_ms + 25) << "seed " << seed;
+    EXPECT_GE(mid.r.download_bps, 0.97 * off.r.download_bps) << "seed " << seed;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Links, SimDownlinkQueue,
                          ::testing::Values(LinkCase{"hspa_2_7", sim::three_g_link},
                                            LinkCase{"lte_10_30", sim::lte_link}),

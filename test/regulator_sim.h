@@ -520,6 +520,9 @@ struct Scenario {
   // The downlink knob runs DownlinkQueueRegulator (whatever `downlink` says).
   bool downlink_queue_regulator = false;
   DownlinkQueueParams dlq;
+  // The downlink queue regulator sees nothing before this time (it starts mid-flow, as after
+  // a reload to downlink rsfc, a restart or a flow adopted from conntrack).
+  Nanos downlink_regulator_start = 0;
   std::vector<Link::Outage> down_outages;       // downlink outages (packets wait them out)
   std::vector<Link::RateStep> down_rate_steps;  // downlink capacity changes (down_bps until)
   Nanos download_start = 0;                     // the downloads start this much later
@@ -753,14 +756,15 @@ class Simulation {
     FlowState& f = *flows_[p.flow];
     const Nanos now = ev_.now();
     if (sc_.uplink == Policy::kRsfc) f.rsfc.on_uplink_segment(now, p.seg, sc_.rsfc);
-    if (sc_.downlink_queue_regulator) {
+    const bool dlq_on = sc_.downlink_queue_regulator && now >= sc_.downlink_regulator_start;
+    if (dlq_on) {
       f.dlq.on_uplink_segment(now, p.seg, sc_.dlq);
     } else if (sc_.downlink == Policy::kDrwa) {
       f.drwa.on_uplink_segment(now, p.seg, sc_.drwa);
     }
     if (p.seg.ack_flag() && !p.seg.syn()) {
       uint32_t target = kNoClamp;
-      if (sc_.downlink_queue_regulator) {
+      if (dlq_on) {
         target = downlink_queue_target(p.flow, f, now);
       } else if (sc_.downlink == Policy::kDrwa) {
         target = f.drwa.target_window(now, sc_.drwa).window;
@@ -819,7 +823,7 @@ class Simulation {
       return;
     }
     if (sc_.uplink == Policy::kRsfc) f.rsfc.on_downlink_segment(now, p.seg, sc_.rsfc);
-    if (sc_.downlink_queue_regulator) {
+    if (sc_.downlink_queue_regulator && now >= sc_.downlink_regulator_start) {
       f.dlq.on_downlink_segment(now, p.seg, sc_.dlq);
     } else if (sc_.downlink == Policy::kDrwa) {
       f.drwa.on_downlink_segment(now, p.seg, sc_.drwa);

@@ -591,6 +591,9 @@ void DownlinkQueueRegulator::drain(Nanos now, const Signals& s, const DownlinkQu
 // flow that started behind a sibling's queue took that queue for its minimum).
 bool DownlinkQueueRegulator::refresh_due(Nanos now, const DownlinkQueueParams& p) const {
   if (p.min_refresh <= 0) return false;
+  // Started mid-flow (a reload, a restart, a flow adopted from conntrack): the queue that was
+  // there before is in min(d) and in every round trip measured so far. Drain at once.
+  if (!drained_once_ && !handshake_taken_) return true;
   const Nanos boundary = now - now % p.min_refresh;
   const auto holdoff = static_cast<Nanos>(p.refresh_holdoff * static_cast<double>(p.min_refresh));
   if (last_step_at_ >= boundary || now - evidence_since_ <= holdoff) return false;
@@ -619,7 +622,10 @@ void DownlinkQueueRegulator::enter_drain(Nanos now, const Signals& s, const Down
   if ((!drained_once_ || suspect_) && s.rtt_min && s.q_up)
     rtt = std::min(rtt, *s.rtt_min + *s.q_up);
   const double floor = std::max(min_window(), kDrainSegments * static_cast<double>(mss_));
-  const double w = std::max(p.drain_fraction * s.rate * seconds(rtt), floor);
+  double w = std::max(p.drain_fraction * s.rate * seconds(rtt), floor);
+  // Started mid-flow, the base round trip was never measured without that queue either: the
+  // first drain goes to the floor (for path_check at most), or it would not empty the queue.
+  if (!drained_once_ && !handshake_taken_) w = floor;
   window_ = std::min(window_, w);
   cut_edge_ = edge_max_;
   ++drains_;

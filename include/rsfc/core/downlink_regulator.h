@@ -85,6 +85,9 @@
 //          queue hidden in min(d) is in rtt too, and a drain sized on it would not empty it. A
 //          queue seen empty skips the boundaries while that evidence outlives the next one (min(d)
 //          keeps a sample 7/8 of the horizon at least).
+//          A regulator started mid-flow (it did not see the handshake: a reload to this
+//          policy, a restart, a flow adopted from conntrack) drains at once, to the floor: the
+//          queue that was there is in min(d) and in every round trip it has measured.
 //
 // The link falling: while q_down > T the downlink is busy, so the delivered rate is its
 // capacity. Two rate samples in a row below fall_fraction of the windowed maximum restart the
