@@ -61,3 +61,27 @@ def test_3g_smoke_rsfc_cuts_rtt_and_restores_download(prerequisites):
     assert rsfc.ul_mbps >= 0.5 * off.ul_mbps
     # Under `off` the uplink never idles (its buffer is full).
     assert off.up_busy is not None and off.up_busy >= 0.97
+
+
+@pytest.mark.timeout(180)
+def test_3g_smoke_both_knobs(prerequisites):
+    """rsfc on both knobs (`rsfc+rsfc`: the uplink controller and the downlink queue
+    regulator). The download alone: the downlink knob removes its own bloat (the lab's full
+    run: RTT p95 322 -> 85 ms) without costing it its rate. Download and upload: both knobs
+    steer (their metrics move), the download comes back and the RTT falls far below `off`.
+    Fails if the downlink knob does nothing: the download alone then keeps the ~300 ms of
+    the unregulated 256 KiB downlink buffer."""
+    assert linkem_binary().exists(), f"rsfc-linkem not built at {linkem_binary()}"
+    off_dl = _run("off", "dl")
+    dl = _run("rsfc+rsfc", "dl")
+    assert dl.rtt_p95_ms <= 0.5 * off_dl.rtt_p95_ms, (dl.rtt_p95_ms, off_dl.rtt_p95_ms)
+    assert dl.dl_mbps >= 0.9 * off_dl.dl_mbps
+    assert dl.daemon_metrics.get("rsfcd_downlink_windows_applied_total", 0) > 0, dl.daemon_metrics
+
+    both = _run("rsfc+rsfc", "both")
+    m = both.daemon_metrics
+    assert m.get("rsfcd_downlink_windows_applied_total", 0) > 0, m
+    assert m.get("rsfcd_rsfc_windows_applied_total", 0) > 0, m
+    assert both.dl_mbps >= 0.7 * off_dl.dl_mbps
+    assert both.ul_mbps >= 0.5 * scenarios.SCENARIOS["3g"].link.up.rate_bps / 1e6
+    assert both.rtt_p95_ms <= 1000  # `off` with an upload: > 4 s (the test above)
