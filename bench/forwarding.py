@@ -11,7 +11,8 @@ One run interleaves the configurations, REPEATS times each, on one topology:
   all          -k all (every TCP packet of the phone queued), rsfcd
   all-floor    -k all, nfq-accept (build/nfq-accept: accepts every packet through the
                daemon's own NfQueue code; the floor of the cost per queued packet)
-  uplink       -k uplink -H (the uplink knob's flows and every handshake), rsfcd
+  uplink       -k uplink (the uplink knob's flows; their window scales adopted from
+               conntrack), rsfcd
   all-2q       -k all over queues 0:1 (kernel balancing), rsfcd with two workers
 
 rsfcd runs `uplink.policy: observe` (every estimator of the rsfc controller runs on each
@@ -60,7 +61,7 @@ CONFIGS = {
     "plain": {"rules": None, "consumer": None},
     "all": {"rules": ["-q", "0"], "consumer": "rsfcd", "queues": [0]},
     "all-floor": {"rules": ["-q", "0"], "consumer": "floor", "queues": [0]},
-    "uplink": {"rules": ["-q", "0", "-k", "uplink", "-H"], "consumer": "rsfcd", "queues": [0]},
+    "uplink": {"rules": ["-q", "0", "-k", "uplink"], "consumer": "rsfcd", "queues": [0]},
     "all-2q": {"rules": ["-q", "0:1", "-b", "kernel"], "consumer": "rsfcd", "queues": [0, 1]},
 }
 
