@@ -190,6 +190,8 @@ def shipped_policy() -> tuple[str, dict]:
         label = up_p
     elif (up_p, down_p) == ("rsfc", "drwa"):
         label = "rsfc+drwa"
+    elif (up_p, down_p) == ("rsfc", "rsfc"):
+        label = "rsfc+rsfc"
     return label, cfg
 
 

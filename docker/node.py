@@ -103,7 +103,7 @@ def steps(role: str, cc_phone: str = "cubic", cc_srv: str = "cubic",
     }[role]
     out.append(Step("routes.sh", routes))
     if role == "gw" and gateway:
-        out.append(Step("gateway.sh", (queues, proto), {"RSFC_FAMILIES": "4 6"}))
+        out.append(Step("gateway.sh", (queues, proto), {"RSFC_FAMILIES": "4 6", "RSFC_CONNTRACK": "yes"}))
     return out
 
 

@@ -88,8 +88,8 @@ def test_print_config_is_the_shipped_file(prerequisites):
         "conf/rsfcd.yaml is generated: build/rsfcd --print-config > conf/rsfcd.yaml"
     # PyYAML (YAML 1.1) reads it as rsfcd does: the shipped policies, 12 operator keys.
     cfg = yaml.safe_load(shipped)
-    assert cfg["uplink"] == {"policy": "static", "static_window_bytes": 65535}
-    assert cfg["downlink"] == {"policy": "off", "static_window_bytes": 65535}
+    assert cfg["uplink"] == {"policy": "rsfc", "static_window_bytes": 65535}
+    assert cfg["downlink"] == {"policy": "rsfc", "static_window_bytes": 65535}
     assert list(cfg["rsfc"]) == OPERATOR_RSFC_KEYS
     assert cfg["decision_log"] == ""
 
