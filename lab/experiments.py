@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--workdir", default="/tmp/rsfc-lab4", help="logs, configs, decision logs")
     ap.add_argument("--no-plots", action="store_true", help="skip lab/plots.py")
     ap.add_argument("--show", metavar="JSON", help="print the table of a saved run (suite: "
-                    "also its results.jsonl, while it runs or after it stopped)")
+                    "also its results.jsonl, while it runs or after it stopped; with --json "
+                    "the summary of that results.jsonl is written there and plotted)")
     ap.add_argument("--recompute", action="store_true",
                     help="with --show: derive the summary from the saved samples again "
                          "(fairness, uploads)")
@@ -91,7 +92,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _show(ap: argparse.ArgumentParser, a) -> int:
     if a.show.endswith(".jsonl"):
-        print(suite.report(suite.from_jsonl(Path(a.show))))
+        out = suite.from_jsonl(Path(a.show))
+        print(suite.report(out))
+        if a.json:
+            Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+            if not a.no_plots:
+                import plots
+                for f in plots.plot_run(Path(a.json), Path(a.json).parent / "plots"):
+                    print(f)
         return 0
     out = json.loads(Path(a.show).read_text())
     if a.recompute:
