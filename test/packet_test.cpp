@@ -499,6 +499,56 @@ TEST(ParseTruncation, EveryPrefixOfValidFixturesFails) {
   }
 }
 
+// A cut copy (a capture's snap length, NFQA_CAP_LEN) parses from its headers when asked to:
+// every prefix that holds the IP and TCP headers with their options gives the whole packet's
+// view (lengths from the IP header); a shorter one is kTruncatedIp / kTruncatedTcp, and
+// never reads past what it has (ASan checks the copies below, each its own allocation).
+TEST(ParseTruncation, CutCopiesParseFromTheirHeaders) {
+  for (const auto& c : kValidCases) {
+    const std::vector<uint8_t> full = hex(c.bytes);
+    PacketView whole;
+    ASSERT_EQ(parse_packet(full, whole), ParseError::kNone) << c.name;
+    const size_t headers = size_t{whole.tcp_offset} + whole.tcp_header_len;
+    for (size_t cut = 0; cut < whole.ip_total_len; ++cut) {
+      const std::vector<uint8_t> part(full.begin(), full.begin() + static_cast<long>(cut));
+      PacketView v;
+      const ParseError e = parse_packet(part, v, true);
+      if (cut < headers) {
+        EXPECT_TRUE(e != ParseError::kNone) << c.name << " cut at " << cut;
+        continue;
+      }
+      ASSERT_EQ(e, ParseError::kNone) << c.name << " cut at " << cut;
+      EXPECT_EQ(v.ip_total_len, whole.ip_total_len);
+      EXPECT_EQ(v.payload_len, whole.payload_len);
+      EXPECT_EQ(v.seq, whole.seq);
+      EXPECT_EQ(v.ack, whole.ack);
+      EXPECT_EQ(v.window, whole.window);
+      EXPECT_EQ(v.opts.has_timestamps, whole.opts.has_timestamps);
+      EXPECT_EQ(v.opts.tsval, whole.opts.tsval);
+    }
+  }
+}
+
+TEST(ParseTruncation, CutCopiesNameWhatIsMissing) {
+  const std::vector<uint8_t> seg = testpkt::build(
+      {.timestamps = true, .tsval = 5, .payload_len = 1000});  // IPv4 20 + TCP 32 + 1000
+  PacketView v;
+  EXPECT_EQ(parse_packet(std::span(seg).first(60), v, false), ParseError::kBadIpv4TotalLength);
+  EXPECT_EQ(parse_packet(std::span(seg).first(60), v, true), ParseError::kNone);
+  EXPECT_EQ(v.payload_len, 1000u);
+  EXPECT_EQ(parse_packet(std::span(seg).first(48), v, true), ParseError::kTruncatedTcp);
+  EXPECT_EQ(parse_packet(std::span(seg).first(30), v, true), ParseError::kTruncatedTcp);
+  EXPECT_EQ(parse_packet(std::span(seg).first(12), v, true), ParseError::kTruncatedIp);
+  const std::vector<uint8_t> v6 =
+      testpkt::build({.src = "2001:2::2",
+                      .dst = "2001:3::2",
+                      .payload_len = 500,
+                      .ipv6_ext = {testpkt::Ipv6Ext::hop_by_hop(std::vector<uint8_t>(14, 1))}});
+  EXPECT_EQ(parse_packet(std::span(v6).first(50), v, true), ParseError::kTruncatedIp);
+  EXPECT_EQ(parse_packet(std::span(v6).first(80), v, true), ParseError::kNone);
+  EXPECT_EQ(v.payload_len, 500u);
+}
+
 TEST(ParseBuilder, RoundTripsSpecFields) {
   std::mt19937 rng(12345);
   for (int i = 0; i < 3000; ++i) {

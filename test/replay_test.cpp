@@ -163,7 +163,7 @@ TEST(ReplayPolicy, ArgumentsAreCheckedLikeTheConfig) {
       {"drwa", false, true, Policy::kDrwa, 0, ""},
       {"static:16384", true, true, Policy::kStatic, 16384, ""},
       {"static:1073725440", false, true, Policy::kStatic, 1073725440, ""},
-      {"rsfc", false, false, Policy::kOff, 0, "uplink knob only"},
+      {"rsfc", false, true, Policy::kRsfc, 0, ""},
       {"drwa", true, false, Policy::kOff, 0, "downlink knob only"},
       {"static:", true, false, Policy::kOff, 0, "plain decimal"},
       {"static:12k", true, false, Policy::kOff, 0, "plain decimal"},
@@ -328,7 +328,7 @@ TEST(Replay, CutRecordsReachTheEngineMarkedTruncated) {
                                    .window = 1000});
   const auto f = testpcap::ethernet(ack, {0x8100});
   c.frame(f, static_cast<uint32_t>(f.size() + 4));
-  // And a data packet cut by a 100-byte snap length: not parsable as a whole packet.
+  // And a data packet cut by a 100-byte snap length: its headers are all there.
   const auto data = testpkt::build({.src = "198.18.0.2",
                                     .dst = "198.19.0.2",
                                     .sport = 40000,
@@ -343,12 +343,165 @@ TEST(Replay, CutRecordsReachTheEngineMarkedTruncated) {
   std::remove(path.c_str());
   ASSERT_TRUE(s) << s.error().message;
   EXPECT_EQ(s->truncated_records, 2u);
+  // Both have their IP and TCP headers: replayed from them, never rewritten.
+  EXPECT_EQ(s->header_only_records, 2u);
+  EXPECT_EQ(s->headers_cut_records, 0u);
   EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kTruncatedCopy)], 1u);
   EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kRewritten)], 20u);
-  EXPECT_EQ(s->parse_errors[static_cast<size_t>(ParseError::kBadIpv4TotalLength)], 1u);
+  EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kUnparsed)], 0u);
   EXPECT_EQ(s->knobs[0].acks, 23u);
   EXPECT_EQ(s->knobs[0].acks_rewritten, 20u);
-  EXPECT_HAS(to_text(*s), "2 records were cut by the capture's snap length");
+  EXPECT_HAS(to_text(*s),
+             "2 records were cut by the capture's snap length: 2 replayed from their headers");
+}
+
+// An upload (phone 198.18.0.2:40000 -> :5201) and a download (:40001 <- :80) of one phone,
+// timestamps on, `n` rounds of one data segment and its ACK each way, every frame cut to
+// `snap` bytes (0: whole) as `tcpdump -s snap` keeps them.
+Capture two_way(uint32_t n, size_t snap) {
+  Capture c;
+  auto put = [&](const TcpSpec& spec) {
+    const auto f = testpcap::ethernet(testpkt::build(spec), {0x8100});
+    if (snap == 0 || f.size() <= snap) return c.frame(f);
+    c.frame(std::vector<uint8_t>(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(snap)),
+            static_cast<uint32_t>(f.size()));
+  };
+  const auto hs = [&](uint16_t sport, uint16_t dport, uint32_t isn_p, uint32_t isn_s) {
+    put({.sport = sport,
+         .dport = dport,
+         .seq = isn_p,
+         .flags = tcpflag::kSyn,
+         .window = 64240,
+         .mss = 1460,
+         .wscale = 7,
+         .sack_permitted = true,
+         .timestamps = true,
+         .tsval = 1});
+    put({.src = "198.19.0.2",
+         .dst = "198.18.0.2",
+         .sport = dport,
+         .dport = sport,
+         .seq = isn_s,
+         .ack = isn_p + 1,
+         .flags = tcpflag::kSyn | tcpflag::kAck,
+         .window = 65160,
+         .mss = 1460,
+         .wscale = 7,
+         .sack_permitted = true,
+         .timestamps = true,
+         .tsval = 7,
+         .tsecr = 1});
+    put({.sport = sport,
+         .dport = dport,
+         .seq = isn_p + 1,
+         .ack = isn_s + 1,
+         .window = 502,
+         .timestamps = true,
+         .tsval = 2,
+         .tsecr = 7});
+  };
+  hs(40000, 5201, 1000, 50000);
+  hs(40001, 80, 3000, 90000);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t ts = 3 + 4 * i;  // the phone's 1 ms clock: 4 frames a round
+    // Upload: a segment, the server's ACK.
+    put({.sport = 40000,
+         .dport = 5201,
+         .seq = 1001 + 1448 * i,
+         .ack = 50001,
+         .window = 502,
+         .timestamps = true,
+         .tsval = ts,
+         .tsecr = 7 + i,
+         .payload_len = 1448});
+    put({.src = "198.19.0.2",
+         .dst = "198.18.0.2",
+         .sport = 5201,
+         .dport = 40000,
+         .seq = 50001,
+         .ack = 1001 + 1448 * (i + 1),
+         .window = 2000,
+         .timestamps = true,
+         .tsval = 8 + i,
+         .tsecr = ts});
+    // Download: the server's segment, the phone's ACK.
+    put({.src = "198.19.0.2",
+         .dst = "198.18.0.2",
+         .sport = 80,
+         .dport = 40001,
+         .seq = 90001 + 1448 * i,
+         .ack = 3001,
+         .window = 501,
+         .timestamps = true,
+         .tsval = 8 + i,
+         .tsecr = ts,
+         .payload_len = 1448});
+    put({.sport = 40001,
+         .dport = 80,
+         .seq = 3001,
+         .ack = 90001 + 1448 * (i + 1),
+         .window = 3000,
+         .timestamps = true,
+         .tsval = ts + 2,
+         .tsecr = 8 + i});
+  }
+  return c;
+}
+
+// Replays a capture under rsfc on both knobs; the JSON lines written.
+std::vector<std::string> replay_lines(const Capture& c, Summary& s) {
+  DirectionParams rsfc;
+  rsfc.policy = Policy::kRsfc;
+  std::ostringstream out;
+  Replayer r(1000, params(rsfc, rsfc), &out);
+  auto reader = pcap::PcapReader::from_bytes(c.w.bytes);
+  EXPECT_TRUE(reader);
+  pcap::Record rec;
+  while (*reader->next(rec)) r.feed(rec, reader->header().linktype);
+  s = r.finish();
+  return lines_of(out.str());
+}
+
+// Operators keep header-only captures (tcpdump -s 96 / -s 128). The engine needs the headers
+// only: a capture cut to 96 bytes replays as the whole one does, decision for decision, on
+// both knobs; only the summary says the records were cut.
+TEST(Replay, HeaderOnlyCaptureDecidesAsTheWholeOne) {
+  Summary whole, cut96, cut128;
+  const auto a = replay_lines(two_way(3000, 0), whole);
+  const auto b = replay_lines(two_way(3000, 96), cut96);
+  const auto c = replay_lines(two_way(3000, 128), cut128);
+  size_t up = 0, down = 0;
+  for (const std::string& l : a) {
+    up += l.find("\"knob\":\"uplink\"") != std::string::npos;
+    down += l.find("\"knob\":\"downlink\"") != std::string::npos;
+  }
+  EXPECT_GT(up, 0u);
+  EXPECT_GT(down, 0u);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, c);
+  EXPECT_EQ(whole.truncated_records, 0u);
+  EXPECT_EQ(cut96.truncated_records, 2u * 3000);  // every data segment; no ACK reaches 96 B
+  EXPECT_EQ(cut96.header_only_records, cut96.truncated_records);
+  EXPECT_EQ(cut96.headers_cut_records, 0u);
+  EXPECT_EQ(cut96.decision_records, whole.decision_records);
+  EXPECT_EQ(cut96.knobs[0].acks_rewritten, whole.knobs[0].acks_rewritten);
+  EXPECT_EQ(cut96.knobs[1].acks_rewritten, whole.knobs[1].acks_rewritten);
+  EXPECT_HAS(to_text(cut96),
+             "replayed from their headers (lengths from the IP header; TCP "
+             "checksums not checked)");
+}
+
+// A snap length that cuts into the TCP options (60 bytes: Ethernet + VLAN, IPv4, 20 bytes of
+// TCP, 2 of its 12 option bytes): those records are counted, never half-parsed.
+TEST(Replay, RecordsCutInsideTheirHeadersAreCountedNotParsed) {
+  Summary s;
+  replay_lines(two_way(50, 60), s);
+  EXPECT_EQ(s.truncated_records, s.records);  // every frame of this capture is longer than 60
+  EXPECT_EQ(s.header_only_records, 0u);
+  EXPECT_EQ(s.headers_cut_records, s.records);
+  EXPECT_EQ(s.parse_errors[static_cast<size_t>(ParseError::kTruncatedTcp)], s.records);
+  EXPECT_EQ(s.decision_records, 0u);
+  EXPECT_HAS(to_text(s), "cut inside their IP or TCP headers");
 }
 
 TEST(Replay, ReusedPortsAfterAFinishedConnectionAreANewFlow) {

@@ -345,7 +345,7 @@ static_assert(sizeof(PacketResult) > 16);
 PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta) {
   PacketView v;
   PacketResult r;
-  if (!classify(pkt, v, r)) return r;  // direction unknown: counted as such
+  if (!classify(pkt, meta.truncated, v, r)) return r;  // direction unknown: counted as such
   const bool tracked = params_.uplink.policy != Policy::kOff ||
                        params_.downlink.policy != Policy::kOff;  // else nothing to regulate
   const uint32_t idx = tracked ? flow_of(v, r, now) : kNoFlow;
@@ -363,9 +363,11 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
 
 // Parses the packet and tells its direction. False when that is all (`r` says why): not a
 // TCP segment rsfcd may touch, or not between a subscriber and a peer.
-[[gnu::always_inline]] inline bool Engine::classify(std::span<const uint8_t> pkt, PacketView& v,
-                                                    PacketResult& r) {
-  const ParseError err = parse_packet(pkt, v);
+[[gnu::always_inline]] inline bool Engine::classify(std::span<const uint8_t> pkt, bool cut,
+                                                    PacketView& v, PacketResult& r) {
+  // A cut packet (the kernel's or a capture's copy of its first bytes) is read from its
+  // headers: its lengths from the IP header; apply_knob never writes to it.
+  const ParseError err = parse_packet(pkt, v, cut);
   if (err != ParseError::kNone) {
     counters_.parse_errors[static_cast<size_t>(err)].add();
     counters_.packets_unknown_direction.add();

@@ -157,13 +157,14 @@ ParseError parse_ipv4_options(const uint8_t* p, size_t len) {
 
 // Fills `out` with the IPv4 header; on success `off` is the TCP offset and `limit` the IP
 // total length.
-ParseError parse_ipv4(const uint8_t* p, size_t n, PacketView& out, size_t& off, size_t& limit) {
+ParseError parse_ipv4(const uint8_t* p, size_t n, bool cut, PacketView& out, size_t& off,
+                      size_t& limit) {
   if (n < kIpv4MinHeader) return ParseError::kTruncatedIp;
   const size_t ihl = size_t{p[0] & 0x0fu} * 4;
   if (ihl < kIpv4MinHeader) return ParseError::kBadIpv4HeaderLength;
   if (ihl > n) return ParseError::kTruncatedIp;
   const size_t total = be16(p + 2);
-  if (total < ihl || total > n) return ParseError::kBadIpv4TotalLength;
+  if (total < ihl || (total > n && !cut)) return ParseError::kBadIpv4TotalLength;
   if (ParseError e = parse_ipv4_options(p + kIpv4MinHeader, ihl - kIpv4MinHeader);
       e != ParseError::kNone) {
     return e;
@@ -180,10 +181,11 @@ ParseError parse_ipv4(const uint8_t* p, size_t n, PacketView& out, size_t& off, 
 }
 
 // Walks the IPv6 extension-header chain up to TCP.
-ParseError parse_ipv6(const uint8_t* p, size_t n, PacketView& out, size_t& off, size_t& limit) {
+ParseError parse_ipv6(const uint8_t* p, size_t n, bool cut, PacketView& out, size_t& off,
+                      size_t& limit) {
   if (n < kIpv6Header) return ParseError::kTruncatedIp;
   const size_t total = kIpv6Header + be16(p + 4);
-  if (total > n) return ParseError::kBadIpv6PayloadLength;
+  if (total > n && !cut) return ParseError::kBadIpv6PayloadLength;
   out.pseudo_dst_offset = 0;
   uint8_t next = p[6];
   size_t at = kIpv6Header;
@@ -207,8 +209,10 @@ ParseError parse_ipv6(const uint8_t* p, size_t n, PacketView& out, size_t& off, 
       case kIpv6DestOpts:
       case kIpv6Routing: {
         if (total - at < 8) return ParseError::kBadIpv6ExtHeader;
+        if (n - at < 8) return ParseError::kTruncatedIp;  // at <= n: all before it is there
         const size_t len = (size_t{p[at + 1]} + 1) * 8;
         if (len > total - at) return ParseError::kBadIpv6ExtHeader;
+        if (len > n - at) return ParseError::kTruncatedIp;
         if (next == kIpv6Routing && p[at + 3] != 0) {  // segments left
           const uint8_t type = p[at + 2];
           const size_t addrs = (len - 8) / 16;
@@ -227,8 +231,10 @@ ParseError parse_ipv6(const uint8_t* p, size_t n, PacketView& out, size_t& off, 
       }
       case kIpv6Ah: {
         if (total - at < 8) return ParseError::kBadIpv6ExtHeader;
+        if (n - at < 8) return ParseError::kTruncatedIp;
         const size_t len = (size_t{p[at + 1]} + 2) * 4;
         if (len > total - at) return ParseError::kBadIpv6ExtHeader;
+        if (len > n - at) return ParseError::kTruncatedIp;
         authenticated = true;
         next = p[at];
         at += len;
@@ -284,7 +290,7 @@ const char* to_string(ParseError e) {
   return "unknown";
 }
 
-ParseError parse_packet(std::span<const uint8_t> pkt, PacketView& out) {
+ParseError parse_packet(std::span<const uint8_t> pkt, PacketView& out, bool cut) {
   const uint8_t* p = pkt.data();
   const size_t n = pkt.size();
   if (n == 0) return ParseError::kEmpty;
@@ -292,21 +298,22 @@ ParseError parse_packet(std::span<const uint8_t> pkt, PacketView& out) {
   ParseError e;
   switch (p[0] >> 4) {
     case 4:
-      e = parse_ipv4(p, n, out, off, limit);
+      e = parse_ipv4(p, n, cut, out, off, limit);
       break;
     case 6:
-      e = parse_ipv6(p, n, out, off, limit);
+      e = parse_ipv6(p, n, cut, out, off, limit);
       break;
     default:
       return ParseError::kBadIpVersion;
   }
   if (e != ParseError::kNone) return e;
 
-  // TCP header within [off, limit).
-  if (limit - off < kTcpMinHeader) return ParseError::kTruncatedTcp;
+  // TCP header within [off, limit), and (a cut packet) within the bytes we have.
+  if (limit - off < kTcpMinHeader || n - off < kTcpMinHeader) return ParseError::kTruncatedTcp;
   const uint8_t* t = p + off;
   const size_t doff = size_t{t[12]} >> 4 << 2;
   if (doff < kTcpMinHeader || doff > limit - off) return ParseError::kBadTcpDataOffset;
+  if (doff > n - off) return ParseError::kTruncatedTcp;
   out.opts = TcpOptions{};
   if (e = parse_tcp_options(t + kTcpMinHeader, doff - kTcpMinHeader, out.opts);
       e != ParseError::kNone) {

@@ -94,8 +94,7 @@ Expected<DirectionParams> parse_policy(std::string_view arg, bool uplink,
     d.policy = Policy::kOff;
   } else if (arg == "observe") {
     d.policy = Policy::kObserve;
-  } else if (arg == "rsfc") {
-    if (!uplink) return Error::msg("policy rsfc is for the uplink knob only");
+  } else if (arg == "rsfc") {  // both knobs (downlink: the queue regulator, DESIGN §4a)
     d.policy = Policy::kRsfc;
   } else if (arg == "drwa") {
     if (uplink) return Error::msg("policy drwa is for the downlink knob only");
@@ -267,6 +266,8 @@ void Replayer::feed_ip(std::span<const uint8_t> ip, Nanos now, bool truncated) {
   work_.assign(ip.begin(), ip.end());
   const PacketResult res = engine_.process(work_, now, {.truncated = truncated});
   ++s_.outcomes[static_cast<size_t>(res.outcome)];
+  if (truncated)
+    ++(res.outcome == Outcome::kUnparsed ? s_.headers_cut_records : s_.header_only_records);
   if (res.flow == kNoFlow) return;  // no flow tracks it: nothing to book
   account(book_of(res, now), res, now);
 }
@@ -497,6 +498,8 @@ std::string to_json(const Summary& s) {
   line("error", s.error ? json_str(*s.error) : "null");
   line("records", std::to_string(s.records));
   line("truncated_records", std::to_string(s.truncated_records));
+  line("header_only_records", std::to_string(s.header_only_records));
+  line("headers_cut_records", std::to_string(s.headers_cut_records));
   line("packets_to_engine", std::to_string(s.packets_to_engine));
   line("first_time_s", json_num(static_cast<double>(s.first_time) / 1e9, "%.6f"));
   line("duration_s", json_num(static_cast<double>(s.last_time - s.first_time) / 1e9, "%.6f"));
@@ -587,9 +590,12 @@ std::string to_text(const Summary& s) {
   }
   add("  parse errors: %s\n", errs.empty() ? "none" : errs.c_str());
   if (s.truncated_records > 0) {
-    add("  %llu records were cut by the capture's snap length: packets the engine cannot "
-        "parse whole are passed unchanged (capture with -s 0 for a faithful replay)\n",
-        static_cast<unsigned long long>(s.truncated_records));
+    add("  %llu records were cut by the capture's snap length: %llu replayed from their "
+        "headers (lengths from the IP header; TCP checksums not checked), %llu cut inside "
+        "their IP or TCP headers (or not TCP) and not parsed (-s 128 keeps TCP options whole)\n",
+        static_cast<unsigned long long>(s.truncated_records),
+        static_cast<unsigned long long>(s.header_only_records),
+        static_cast<unsigned long long>(s.headers_cut_records));
   }
   const uint64_t not_sub = s.outcomes[static_cast<size_t>(Outcome::kNotSubscriber)];
   if (not_sub > 0) {

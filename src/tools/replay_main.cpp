@@ -16,12 +16,14 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: rsfc-replay --config FILE [--policy-uplink rsfc|static:N|observe|off]\n"
-    "                   [--policy-downlink drwa|static:N|observe|off] [--flows-max N]\n"
+    "                   [--policy-downlink rsfc|drwa|static:N|observe|off] [--flows-max N]\n"
     "                   [--out FILE|-] [--summary FILE] capture.pcap\n"
     "\n"
     "Runs every packet of a classic pcap (ethernet, VLAN, raw IP, linux cooked v1/v2;\n"
     "not pcapng) through rsfcd's own core with the daemon's YAML config, using the\n"
-    "capture's timestamps as time, and reports what the daemon would have done.\n"
+    "capture's timestamps as time, and reports what the daemon would have done. A\n"
+    "header-only capture (tcpdump -s 96 or -s 128) replays as a whole one: lengths come\n"
+    "from the IP header; records cut inside their TCP options are counted, not parsed.\n"
     "\n"
     "  --config FILE         the daemon's config (subscriber_networks, policies, ...)\n"
     "  --policy-uplink P     override uplink.policy (static:N = clamp to N bytes)\n"

@@ -118,16 +118,16 @@ struct Run {
 
   void packet(uint8_t flags, std::span<uint8_t> pkt) {
     const size_t at = packets++;
-    PacketView in;
-    const ParseError parsed = parse_packet(pkt, in);
-    if (parsed == ParseError::kNone && (flags & flag::kFixChecksum)) {
+    PacketMeta meta;
+    meta.checksum = (flags & flag::kNotReady) ? ChecksumState::kNotReady : ChecksumState::kComplete;
+    meta.truncated = (flags & flag::kTruncated) != 0;
+    PacketView in;  // a truncated copy parses from its headers, as the engine parses it
+    const ParseError parsed = parse_packet(pkt, in, meta.truncated);
+    if (parsed == ParseError::kNone && !meta.truncated && (flags & flag::kFixChecksum)) {
       put_checksum(pkt, in, tcp_checksum(pkt, in));
       in.checksum = tcp_checksum(pkt, in);
     }
     const std::vector<uint8_t> before(pkt.begin(), pkt.end());
-    PacketMeta meta;
-    meta.checksum = (flags & flag::kNotReady) ? ChecksumState::kNotReady : ChecksumState::kComplete;
-    meta.truncated = (flags & flag::kTruncated) != 0;
 
     const PacketResult r = engine.process(pkt, now, meta);
     if (trace) {

@@ -303,3 +303,49 @@ def test_replay_rsfc_decisions_on_real_upload(upload):
     # bound for a loaded 2-core machine; a unit error would show up as seconds).
     assert d["t_buff_median_ms"] < 100, d
     assert "median t_buff over" in r.stdout
+
+
+def cut_capture(src: Path, dst: Path, snaplen: int) -> int:
+    """Writes `src` (classic pcap) as `tcpdump -s snaplen` would have kept it: each record's
+    data cut to `snaplen` bytes, its original length kept. Returns the records cut."""
+    import struct
+    b = src.read_bytes()
+    magic = b[:4]
+    e = "<" if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    head = bytearray(b[:24])
+    struct.pack_into(e + "I", head, 16, snaplen)
+    out, at, cut = [bytes(head)], 24, 0
+    while at + 16 <= len(b):
+        sec, frac, caplen, length = struct.unpack_from(e + "IIII", b, at)
+        data = b[at + 16:at + 16 + caplen]
+        keep = data[:snaplen]
+        cut += len(keep) < caplen
+        out.append(struct.pack(e + "IIII", sec, frac, len(keep), length) + keep)
+        at += 16 + caplen
+    dst.write_bytes(b"".join(out))
+    return cut
+
+
+@pytest.mark.timeout(120)
+def test_replay_of_a_header_only_capture_decides_as_the_whole_one(upload):
+    """Operators keep `-s 96` captures: the same traffic cut to 96 bytes a packet replays with
+    the same decisions, on both knobs, and the summary says what could not be checked."""
+    cut96 = upload.workdir / "gw-srv0-s96.pcap"
+    n_cut = cut_capture(upload.pcap, cut96, 96)
+    assert n_cut > 1000  # the upload's data segments
+    args = ("--policy-uplink", "rsfc", "--policy-downlink", "rsfc")
+    whole = run_replay(upload.pcap, upload.config, upload.workdir, *args)
+    cut = run_replay(cut96, upload.config, upload.workdir, *args)
+    assert whole.rc == 0 and cut.rc == 0, (whole.stderr, cut.stderr)
+    s = cut.summary
+    # Every cut TCP segment replays from its headers; what is not parsed is not TCP (IPv6
+    # neighbour discovery on srv0), as in the whole capture.
+    assert s["truncated_records"] == n_cut, s
+    assert s["header_only_records"] + s["headers_cut_records"] == n_cut, s
+    assert s["headers_cut_records"] <= s["parse_errors"].get("not_tcp", 0), s
+    assert s["parse_errors"].get("truncated_tcp", 0) == s["parse_errors"].get("truncated_ip", 0) == 0
+    assert s["header_only_records"] > 1000
+    assert s["policies"] == {"uplink": "rsfc", "downlink": "rsfc"}
+    assert len(whole.decisions()) >= 10
+    assert cut.decisions() == whole.decisions()
+    assert "replayed from their headers" in cut.stdout

@@ -110,7 +110,7 @@ class Engine {
  private:
   // The stages of process(), in order. Inline: engine.cpp folds them back into process()
   // (one call each per packet would cost ~10 % of the packet's time).
-  inline bool classify(std::span<const uint8_t> pkt, PacketView& v, PacketResult& r);
+  inline bool classify(std::span<const uint8_t> pkt, bool cut, PacketView& v, PacketResult& r);
   inline uint32_t flow_of(const PacketView& v, PacketResult& r, Nanos now);
   inline bool track_lifecycle(uint32_t idx, const PacketView& v, Nanos now, PacketResult& r);
   inline void feed_regulators(uint32_t idx, const PacketView& v, Direction dir, Nanos now);

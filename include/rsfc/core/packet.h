@@ -77,8 +77,12 @@ struct PacketView {
 };
 
 // Parses `pkt` (starting at the IP header). Never reads outside `pkt`. On success fills
-// `out` and returns kNone; otherwise `out` is unspecified.
-ParseError parse_packet(std::span<const uint8_t> pkt, PacketView& out);
+// `out` and returns kNone; otherwise `out` is unspecified. `cut`: `pkt` may be the first
+// bytes of a longer packet (a snap length, NFQA_CAP_LEN): lengths then come from the IP
+// header (out.ip_total_len and out.payload_len may reach beyond `pkt`) as long as the IP and
+// TCP headers with their options are all there (else kTruncatedIp / kTruncatedTcp). Such a
+// view must never be written to or checksummed: the segment is not all there.
+ParseError parse_packet(std::span<const uint8_t> pkt, PacketView& out, bool cut = false);
 
 // RFC 1624 eqn. 3: the checksum after one 16-bit word changes from `old_word` to `new_word`.
 uint16_t checksum_adjust(uint16_t checksum, uint16_t old_word, uint16_t new_word);

@@ -101,6 +101,10 @@ struct Summary {
   uint32_t linktype = 0;
   uint64_t records = 0;
   uint64_t truncated_records = 0;  // caplen < len (passed on marked truncated)
+  // Of those, the ones replayed from their headers (IP and TCP headers with options
+  // captured: lengths from the IP header, TCP checksums not checked) and the ones cut inside
+  // their headers (not parsed: unparsed or not TCP, as with -s 0 they may not have been).
+  uint64_t header_only_records = 0, headers_cut_records = 0;
   uint64_t packets_to_engine = 0;
   Nanos first_time = 0, last_time = 0;  // capture timestamps (ns since the epoch)
   std::array<uint64_t, static_cast<size_t>(pcap::LinkError::kCount)> link_errors{};
