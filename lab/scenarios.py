@@ -172,7 +172,9 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
         with Shaping(t, scenario.link, engine=engine) as shaping:
             daemon = None
             if cfg is not None:
-                t.nfqueue_rules([0])
+                # RSFC_LAB_KNOBS=uplink (etc.): the rules queue only what the knobs need
+                # (rsfcd-iptables.sh -k); default every TCP packet.
+                t.nfqueue_rules([0], knobs=os.environ.get("RSFC_LAB_KNOBS", "all"))
                 daemon = topo_mod.Daemon(t, cfg)
             procs = {}
             cc = ["-C", "cubic"]

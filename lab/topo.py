@@ -301,12 +301,13 @@ class Topology:
 
     # ---- gateway -----------------------------------------------------------------
     def nfqueue_rules(self, queue_nums=(0,), v6: bool = True, proto: str = "tcp",
-                      balance: str = "kernel", conntrack: bool = True) -> None:
+                      balance: str = "kernel", conntrack: bool = True,
+                      knobs: str = "all") -> None:
         """conf/rsfcd-iptables.sh's rules for the packets crossing ran0: NFQUEUE --queue-num N
         or, for a range, --queue-balance A:B (balance="kernel") or one queue per subscriber
         address (balance="subscriber"); --queue-bypass. conntrack=False leaves out the rule
         that turns connection tracking on (flow adoption; the kernel then also reassembles
-        fragments before FORWARD)."""
+        fragments before FORWARD). knobs: rsfcd-iptables.sh -k (all: every TCP packet)."""
         q = sorted(queue_nums)
         if len(q) == 1:
             spec = str(q[0])
@@ -315,9 +316,10 @@ class Topology:
                 raise ValueError("a queue range must be contiguous")
             spec = f"{q[0]}:{q[-1]}"
         args = (spec, proto) if balance == "kernel" else (spec, proto, balance)
-        self.node_script("gw", "gateway.sh", *args,
-                         env={"RSFC_FAMILIES": "4 6" if v6 else "4",
-                              "RSFC_CONNTRACK": "yes" if conntrack else "no"})
+        env = {"RSFC_FAMILIES": "4 6" if v6 else "4", "RSFC_CONNTRACK": "yes" if conntrack else "no"}
+        if knobs != "all":
+            env["RSFC_KNOBS"] = knobs
+        self.node_script("gw", "gateway.sh", *args, env=env)
 
     def flush_nfqueue_rules(self) -> None:
         self.node_script("gw", "gateway.sh", "--flush")

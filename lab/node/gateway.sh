@@ -12,6 +12,9 @@
 # RSFC_CONNTRACK (env, default yes): no leaves out the rule that turns connection tracking on
 #   (and with it the kernel's reassembly of fragments before FORWARD): flow adoption then
 #   finds nothing.
+# RSFC_KNOBS (env, default all): what is queued, conf/rsfcd-iptables.sh -k (all, uplink,
+#   downlink or uplink,downlink; with -k flows reach rsfcd mid-stream and are adopted from
+#   conntrack).
 # --queue-bypass: packets pass while no process is bound to the queue (fail open).
 set -eu
 
@@ -20,4 +23,4 @@ if [ "${1:-}" = "--flush" ]; then
   exec sh "$rules" del
 fi
 RSFCD_FAMILIES="${RSFC_FAMILIES:-4 6}" RSFCD_CONNTRACK="${RSFC_CONNTRACK:-yes}" exec sh "$rules" add -q "$1" -P "${2:-tcp}" \
-  -b "${3:-kernel}" -i ran0
+  -b "${3:-kernel}" -i ran0 -k "${RSFC_KNOBS:-all}"
