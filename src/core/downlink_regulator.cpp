@@ -329,7 +329,7 @@ DownlinkQueueRegulator::Signals DownlinkQueueRegulator::measure(Nanos now,
   const auto sh = server_half_min_.get(now, p.horizon);
   s.server_half = sh ? sh->value : 0;
   if (ph) s.rtt_min = ph->value + s.server_half;
-  s.threshold = threshold_for(s.rtt_min, p);
+  s.threshold = threshold_for(s.rtt_min, 0, p);
   s.q_down = queue_now(now, p);
   if (up_delay_.ready()) s.q_up = up_delay_.filtered(now, p.filter);
   if (rtt_now_.has()) {
@@ -337,7 +337,8 @@ DownlinkQueueRegulator::Signals DownlinkQueueRegulator::measure(Nanos now,
     s.rtt = std::llround(rtt_avg_.has() ? rtt_avg_.get() : rtt_now_.get()) + s.server_half;
   }
   s.interval = control_interval(s, p);
-  measure_rate(now, s, p);
+  measure_rate(now, s, p);  // the fall check: a queue above the time-based T is a busy link
+  s.threshold = threshold_for(s.rtt_min, s.rate, p);
   // Data since the previous step, or within a round trip (data and ACKs may come in bursts,
   // and steps with them).
   const Nanos round_trip = s.rtt_now + (s.q_down ? *s.q_down : 0);
@@ -408,12 +409,24 @@ void DownlinkQueueRegulator::check_fall(Nanos now, Signals& s, bool fresh,
   ++link_falls_;
 }
 
-Nanos DownlinkQueueRegulator::threshold_for(std::optional<Nanos> rtt_min,
+// Auto T: the base round trip, within [threshold_floor, threshold_ceiling], and never less
+// than tick_multiple ticks (the queue must be readable on the phone's clock) nor
+// threshold_packets packets' service at the delivered rate (bytes/s; 0: not known yet). A
+// slow link serves whole packets, and a cellular one serves them in scheduling bursts whose
+// size swings from one moment to the next: a standing queue of less than a few packets runs
+// empty whenever a burst is larger than the average, and the capacity of that burst is lost
+// (on the EV-DO trace a third of the download's rate alone). On links of a few Mbit/s and
+// more, three packets take less than the floor, and nothing changes.
+Nanos DownlinkQueueRegulator::threshold_for(std::optional<Nanos> rtt_min, double rate,
                                             const DownlinkQueueParams& p) const {
   if (p.threshold) return *p.threshold;
   const Nanos g = static_cast<Nanos>(ns_per_tick());
-  const Nanos lo =
+  Nanos lo =
       std::max(p.threshold_floor, static_cast<Nanos>(p.tick_multiple * static_cast<double>(g)));
+  if (rate > 0) {
+    const double packets = p.threshold_packets * static_cast<double>(mss_) / rate;
+    lo = std::max(lo, static_cast<Nanos>(std::min(packets, 10.0) * static_cast<double>(kSecond)));
+  }
   const Nanos hi = std::max(p.threshold_ceiling, lo);
   return std::clamp(rtt_min ? *rtt_min : lo, lo, hi);
 }

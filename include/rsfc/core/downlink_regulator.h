@@ -36,7 +36,11 @@
 //            uplink wait stays in it: W covers it, so an upload next to the download does not
 //            make the download window-limited (DRWA's failure).
 //   T        threshold, or the base round trip clamped to [threshold_floor,
-//            threshold_ceiling] and to at least tick_multiple ticks. The base round trip is
+//            threshold_ceiling], to at least tick_multiple ticks and to at least
+//            threshold_packets packets' service at the delivered rate (a slow cellular link
+//            serves whole packets in bursts: a shorter queue runs empty under a large one and
+//            its capacity is lost; the link-falling check keeps the time-based T, since any
+//            queue above it shows a busy link). The base round trip is
 //            the windowed minimum of the same samples less both queues (q_down and q_up)
 //            plus the server half: a phone-half minimum would contain the other queue
 //            whenever the two never empty at the same moment.
@@ -148,6 +152,7 @@ struct DownlinkQueueParams {
   Nanos threshold_floor = 20 * kMilli;    // auto T never below this
   Nanos threshold_ceiling = 80 * kMilli;  // auto T never above this
   double tick_multiple = 4;               // auto T >= this * g
+  double threshold_packets = 3;           // auto T >= this many packets at the rate
   Nanos horizon = 10 * kSecond;           // min(d), the round-trip minima, the baseline offset
   Nanos filter = 200 * kMilli;            // q_down: minimum of the raw samples over this
   Nanos interval_floor = 20 * kMilli;     // control interval: rtt clamped to [this, max]
@@ -287,7 +292,8 @@ class DownlinkQueueRegulator {
   Signals measure(Nanos now, const DownlinkQueueParams& p);
   void measure_rate(Nanos now, Signals& s, const DownlinkQueueParams& p);
   void check_fall(Nanos now, Signals& s, bool fresh, const DownlinkQueueParams& p);
-  Nanos threshold_for(std::optional<Nanos> rtt_min, const DownlinkQueueParams& p) const;
+  Nanos threshold_for(std::optional<Nanos> rtt_min, double rate,
+                      const DownlinkQueueParams& p) const;
   void startup(Nanos now, const Signals& s, const DownlinkQueueParams& p);
   void slow(Nanos now, const Signals& s, const DownlinkQueueParams& p);
   void fast(Nanos now, const Signals& s, const DownlinkQueueParams& p);
