@@ -295,6 +295,43 @@ TEST(Replay, StaticClampOfASyntheticCapture) {
   EXPECT_HAS(text, "parse errors: bad_ip_version 1, not_ip 1");
 }
 
+// A reset far outside the phone's window (a blind spoof) is passed, counted, and leaves the
+// flow regulated; the summary says how many there were.
+TEST(Replay, ResetsOutsideTheWindowAreCountedAndLeaveTheFlow) {
+  Capture c;
+  flow_a(c);
+  c.tcp({.src = "198.19.0.2",
+         .dst = "198.18.0.2",
+         .sport = 5201,
+         .dport = 40000,
+         .seq = kServerIsn + 0x40000000u,
+         .flags = tcpflag::kRst});
+  c.tcp({.src = "198.19.0.2",
+         .dst = "198.18.0.2",
+         .sport = 5201,
+         .dport = 40000,
+         .seq = kServerIsn + 1,
+         .ack = kPhoneIsn + 1 + 10000 * 23,
+         .window = 1000});
+  const std::string path = c.write("rst");
+  auto s = replay_file(path, 1000, params(static_policy(16384)), nullptr);
+  std::remove(path.c_str());
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->engine_rst_ignored, 1u);
+  EXPECT_EQ(s->flows_total, 1u);
+  EXPECT_EQ(s->knobs[0].acks_rewritten, 21u) << "the ACK after the reset is still clamped";
+  EXPECT_HAS(to_json(*s), "\"rst_ignored\":1");
+  EXPECT_HAS(to_text(*s), "1 RSTs outside their receiver's window passed");
+  Capture plain;
+  flow_a(plain);
+  const std::string path2 = plain.write("norst");
+  auto s2 = replay_file(path2, 1000, params(static_policy(16384)), nullptr);
+  std::remove(path2.c_str());
+  ASSERT_TRUE(s2) << s2.error().message;
+  EXPECT_EQ(s2->engine_rst_ignored, 0u);
+  EXPECT_EQ(to_text(*s2).find("RSTs"), std::string::npos);
+}
+
 TEST(Replay, ObserveTracksButNeverClamps) {
   Capture c;
   flow_a(c);

@@ -407,6 +407,7 @@ Summary Replayer::finish() {
   s_.engine_flows_table_full = c.flows_table_full.get();
   s_.engine_right_edge_holds = c.right_edge_holds[0].get() + c.right_edge_holds[1].get();
   s_.engine_floor_holds = c.floor_holds[0].get() + c.floor_holds[1].get();
+  s_.engine_rst_ignored = c.rst_ignored.get();
   s_.first_time = first_;
   s_.last_time = last_;
   return s_;
@@ -525,7 +526,8 @@ std::string to_json(const Summary& s) {
                               {"flows_evicted", s.engine_flows_evicted},
                               {"flows_table_full", s.engine_flows_table_full},
                               {"right_edge_holds", s.engine_right_edge_holds},
-                              {"floor_holds", s.engine_floor_holds}}));
+                              {"floor_holds", s.engine_floor_holds},
+                              {"rst_ignored", s.engine_rst_ignored}}));
   o.resize(o.size() - 2);  // the last line has no comma
   o += "\n}\n";
   return o;
@@ -596,6 +598,11 @@ std::string to_text(const Summary& s) {
         static_cast<unsigned long long>(s.truncated_records),
         static_cast<unsigned long long>(s.header_only_records),
         static_cast<unsigned long long>(s.headers_cut_records));
+  }
+  if (s.engine_rst_ignored > 0) {
+    add("  %llu RSTs outside their receiver's window passed without closing their flows "
+        "(RFC 5961: blind or stale resets)\n",
+        static_cast<unsigned long long>(s.engine_rst_ignored));
   }
   const uint64_t not_sub = s.outcomes[static_cast<size_t>(Outcome::kNotSubscriber)];
   if (not_sub > 0) {

@@ -119,7 +119,8 @@ struct Summary {
   std::optional<double> median_t_buff_ms;  // median over flows of each flow's median t_buff
   // From the engine's own counters.
   uint64_t engine_flows_created = 0, engine_flows_unregulated = 0, engine_flows_evicted = 0,
-           engine_flows_table_full = 0, engine_right_edge_holds = 0, engine_floor_holds = 0;
+           engine_flows_table_full = 0, engine_right_edge_holds = 0, engine_floor_holds = 0,
+           engine_rst_ignored = 0;   // RSTs outside their receiver's window (RFC 5961)
   std::optional<std::string> error;  // the capture could not be read to its end
 
   // ACKs rewritten / ACKs seen, over knobs that enforce (static, rsfc, drwa); nullopt if none.
