@@ -333,6 +333,11 @@ TEST(DownlinkQueue, UnknownTickConsumesSlotsWithoutSamples) {
   est.on_data(0, 1000, 2000, kSpacing);
   EXPECT_FALSE(est.on_ack(50 * kMilli, 2000, 50, 0.0, kHorizon, kFilter));
   EXPECT_EQ(est.samples(), 0u);
+  // The match is recorded: the segment's forwarding time still bounds the tick from below.
+  EXPECT_EQ(est.matches(), 1u);
+  EXPECT_EQ(est.last_matched_end(), 2000u);
+  EXPECT_FALSE(est.on_ack(55 * kMilli, 2000, 55, 0.0, kHorizon, kFilter));
+  EXPECT_EQ(est.matches(), 1u) << "a duplicate covers no slot";
   est.on_data(60 * kMilli, 2000, 3000, kSpacing);
   EXPECT_TRUE(est.on_ack(110 * kMilli, 3000, 110, 1e6, kHorizon, kFilter));
 }

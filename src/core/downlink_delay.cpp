@@ -56,9 +56,11 @@ std::optional<Nanos> DownlinkQueueEstimator::on_ack(Nanos now, uint32_t ack, uin
                                                     Nanos filter) {
   const int64_t ticks = unwrap_.unwrap(tsval);
   const auto match = take_covered(now, ack);
-  if (!match || ns_per_tick <= 0) return std::nullopt;
-  const Nanos sent = match->time;
+  if (!match) return std::nullopt;
   matched_end_ = match->end;
+  ++matches_;
+  if (ns_per_tick <= 0) return std::nullopt;
+  const Nanos sent = match->time;
   if (samples_ > 0 && now - last_sample_ > horizon) restart();  // idle: trust nothing old
   if (!has_ref_) {
     has_ref_ = true;

@@ -155,10 +155,18 @@ void DownlinkQueueRegulator::on_uplink_segment(Nanos now, const TcpSegment& s,
   const bool ack = s.ack_flag() && !s.syn();
   std::optional<Nanos> q, forwarded;  // q_down sample, and when its segment was forwarded
   if (ack) {
+    const uint64_t matched = queue_.matches();
     q = queue_.on_ack(now, s.ack, s.tsval, ns_per_tick(), p.horizon, trough_span(p));
-    if (q) forwarded = mark_time(queue_.last_matched_end());
+    if (q || (queue_.matches() != matched && ns_per_tick() <= 0)) {
+      forwarded = mark_time(queue_.last_matched_end());
+    }
   }
   // The tick from the phone's segments (upper bound) and the data they answer (lower bound).
+  // The lower bound needs only the data's forwarding time, not the tick: without it (while
+  // the tick is unknown the queue estimator gives no sample, and before, no bound), a flow
+  // whose handshake gave no hint (its ACK waited behind an upload) and whose ACKs' uplink
+  // wait keeps the upper bound loose would wait for a tick forever (2G with an upload, in the
+  // simulator: the download never regulated, its queue at 10 s).
   const auto up = up_delay_.on_segment(now, s.tsval, p.horizon, p.filter, forwarded);
   server_echo_.on_forward(now, s.tsval, spacing(p));
   if (ack) on_ack(now, s, q, forwarded, up, p);
@@ -589,6 +597,15 @@ void DownlinkQueueRegulator::drain(Nanos now, const Signals& s, const DownlinkQu
   if (confirmed_ && confirmed_at_ > drain_.in_force_at) {
     drained_once_ = true;
     suspect_ = false;
+    // Started mid-flow, the window before the drain was the startup clamp over what the
+    // server had out, and every round trip measured so far held the old queue: restoring the
+    // one or sizing on the other would refill that queue. Forget both; the slow state sizes
+    // the window on the round trips measured from now on and probes from there.
+    if (drain_.mid_flow) {
+      drain_.window_before = window_;
+      rtt_now_.reset();
+      rtt_avg_.reset();
+    }
     leave_drain(now, true);
     return;
   }
@@ -638,7 +655,10 @@ void DownlinkQueueRegulator::enter_drain(Nanos now, const Signals& s, const Down
   double w = std::max(p.drain_fraction * s.rate * seconds(rtt), floor);
   // Started mid-flow, the base round trip was never measured without that queue either: the
   // first drain goes to the floor (for path_check at most), or it would not empty the queue.
-  if (!drained_once_ && !handshake_taken_) w = floor;
+  if (!drained_once_ && !handshake_taken_) {
+    w = floor;
+    drain_.mid_flow = true;
+  }
   window_ = std::min(window_, w);
   cut_edge_ = edge_max_;
   ++drains_;

@@ -48,8 +48,9 @@ class DownlinkQueueEstimator {
   // A data segment [seq, end) forwarded towards the phone at `now`.
   void on_data(Nanos now, uint32_t seq, uint32_t end, Nanos min_spacing);
   // An ACK from the phone with its TSval; `ns_per_tick` is the phone's tick length g
-  // (0 = not known yet: the slots are consumed, no sample). Returns the ACK's raw q_down
-  // when it covered timed segments.
+  // (0 = not known yet: the slots are consumed, no sample, but the match is recorded, so
+  // that the data's forwarding time can give the tick its lower bound). Returns the ACK's
+  // raw q_down when it covered timed segments.
   std::optional<Nanos> on_ack(Nanos now, uint32_t ack, uint32_t tsval, double ns_per_tick,
                               Nanos horizon, Nanos filter);
 
@@ -57,8 +58,10 @@ class DownlinkQueueEstimator {
   std::optional<Nanos> filtered(Nanos now, Nanos filter) const;
   std::optional<Nanos> last_raw() const { return last_raw_; }
   uint32_t samples() const { return samples_; }
-  // End sequence of the timed segment the last sample came from (tests, decision log).
+  // End sequence of the timed segment the last covering ACK matched (with or without a
+  // sample), and how many ACKs matched so far.
   uint32_t last_matched_end() const { return matched_end_; }
+  uint64_t matches() const { return matches_; }
 
  private:
   struct Slot {
@@ -85,6 +88,7 @@ class DownlinkQueueEstimator {
   std::optional<Nanos> last_raw_;
   uint32_t high_end_ = 0;
   uint32_t matched_end_ = 0;
+  uint64_t matches_ = 0;
   uint32_t samples_ = 0;
   bool have_high_ = false;
   bool recorded_ = false;

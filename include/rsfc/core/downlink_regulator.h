@@ -253,6 +253,7 @@ class DownlinkQueueRegulator {
     double second_min = -1;     // ... in the second half
     uint32_t falls_before = 0;  // link_falls_ then
     bool scheduled = false;     // at a min_refresh boundary
+    bool mid_flow = false;      // the first drain of a regulator started mid-flow
   };
   // A data segment timed for q_down: its end and forwarding time.
   struct Mark {
