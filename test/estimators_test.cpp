@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -167,6 +168,36 @@ INSTANTIATE_TEST_SUITE_P(
         TickCase{"1ms_growing_queue", kMilli, 42, ms(0.5), growing, true, true},
         TickCase{"hz300_growing_queue", kHz300, 42, ms(0.5), growing, true, false}),
     [](const auto& p) { return std::string(p.param.name); });
+
+// The mirror of the growing uplink queue: a download fills the phone's downlink buffer (no
+// one regulates it before the tick is known) and no handshake hint came (its span crossed a
+// scheduling gap of the link). The echo side reads low by the downlink queue over the span,
+// the arrival side is clean but for the link's jitter: the one clock in that wide bracket is
+// the tick, and an estimator waiting for the bracket to narrow would leave the download
+// unregulated for tens of seconds (the lab's UMTS and EV-DO traces, before this case).
+TEST(TickEstimator, ADownlinkQueueGrowingOnTheEchoSideStillSnaps) {
+  // 2.4 s of queue within the first 4 s (512 KB at 1.7 Mbit/s), then standing.
+  const auto filling = [](Nanos t) { return ms(15) + std::min<Nanos>(t * 6 / 10, ms(2400)); };
+  Phone ph;
+  ph.ts_base = 31337;
+  ph.offset = ms(0.4);
+  ph.q = jitter;
+  ph.down = filling;
+  // 1 ms (every current phone): [L, U] holds no other clock, whatever L reads.
+  const TickEstimator est = run_tick(ph, 6 * kSecond, ms(5), true);
+  ASSERT_TRUE(est.known());
+  EXPECT_EQ(est.quality(), TickEstimator::Quality::kEstimated);
+  EXPECT_EQ(est.ns_per_tick(), 1e6);
+  // 4 and 10 ms: the bracket also holds 3.333 or 4 ms; the estimator may wait, never guess.
+  for (Nanos tick : {4 * kMilli, 10 * kMilli}) {
+    SCOPED_TRACE(tick);
+    ph.tick = tick;
+    const TickEstimator e = run_tick(ph, 6 * kSecond, ms(5), true);
+    if (e.known()) {
+      EXPECT_NEAR(e.ns_per_tick(), static_cast<double>(tick), 0.005 * static_cast<double>(tick));
+    }
+  }
+}
 
 TEST(TickEstimator, HandshakeGivesAProvisionalSnapOnlyWhenUnambiguous) {
   struct Case {

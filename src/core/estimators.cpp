@@ -98,20 +98,36 @@ void TickEstimator::decide() {
   if (!u && !l) return;
   const double lo = std::min(l ? *l : *u, u ? *u : *l);
   const double hi = std::max(l ? *l : *u, u ? *u : *l);
-  // A narrow bracket: the one candidate inside it. A wide one almost always means an uplink
-  // queue growing under an unregulated sender (startup), which inflates U only: then only a
-  // candidate close to L counts (3.333 ms with U inflated to 4 must not become 4).
-  const double top = hi / lo - 1.0 <= kMaxBracket ? hi : std::min(hi, lo * (1.0 + kLowerSlack));
-  std::optional<Nanos> match;
-  int matches = 0;
-  for (Nanos c : kCandidates) {
-    const double cd = static_cast<double>(c);
-    if (cd >= lo * (1.0 - kSnapTolerance) && cd <= top * (1.0 + kSnapTolerance)) {
-      match = c;
-      ++matches;
+  // The one candidate in [from, to] (relative tolerance on both ends), if exactly one.
+  const auto only = [](double from, double to) -> std::optional<Nanos> {
+    std::optional<Nanos> match;
+    int matches = 0;
+    for (Nanos c : kCandidates) {
+      const double cd = static_cast<double>(c);
+      if (cd >= from * (1.0 - kSnapTolerance) && cd <= to * (1.0 + kSnapTolerance)) {
+        match = c;
+        ++matches;
+      }
     }
+    if (matches != 1) return std::nullopt;
+    return match;
+  };
+  // Both sides are true bounds (a queue only adds to U and only takes from L), so a bracket
+  // holding one clock that phones use holds the tick, however wide it is: a wide bracket
+  // means a queue growing on one side (an unregulated upload inflates U; a download filling
+  // the downlink buffer before anyone regulates it deflates L). HZ=300's 3.333 ms counts as
+  // such a clock, so that a bracket holding both it and 4 ms is no snap.
+  std::optional<Nanos> match = only(lo, hi);
+  if (match && lo * (1.0 - kSnapTolerance) <= kHz300 && kHz300 <= hi * (1.0 + kSnapTolerance)) {
+    match.reset();
   }
-  if (matches == 1) {
+  if (!match && u && l && hi / lo - 1.0 > kMaxBracket && lower_.stable()) {
+    // A wide bracket holding several clocks: an upload's growing queue (U inflated) is the
+    // common cause, so a candidate close to L, once L has settled (3.333 ms with U inflated
+    // to 4 must not become 4; a download's queue still filling or draining moves L).
+    match = only(lo, lo * (1.0 + kLowerSlack));
+  }
+  if (match) {
     publish(static_cast<double>(*match), true, Quality::kEstimated);
     return;
   }

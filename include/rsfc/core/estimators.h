@@ -190,9 +190,11 @@ class TsUnwrapper {
 //    does not see the uplink queue at all, the other side does not see the downlink.
 // The estimate, after an arrival span of kMinSpan:
 //  - snapped to 1, 4 or 10 ms (HZ 1000/250/100, and the 1 ms clocks of current Linux,
-//    Android, iOS, Windows) when it is the only candidate within kSnapTolerance of the
-//    bracket [L, U] and the bracket is narrower than kMaxBracket (one side alone: within
-//    kSnapTolerance of it); a snap is final;
+//    Android, iOS, Windows) when it is the only clock phones use (those three and HZ=300's
+//    3.333 ms) within kSnapTolerance of the bracket [L, U], however wide: both are true
+//    bounds (one side alone: within kSnapTolerance of it). A bracket wider than kMaxBracket
+//    that holds several: the candidate close to L once L is stable (an upload's growing
+//    queue inflates U), else wait. A snap is final;
 //  - otherwise an odd value (3.333 ms of HZ=300, 1 us of Linux's usec TS option, anything):
 //    a side whose value agrees within kStableTolerance at spans S and >= 2S (a biased side
 //    drifts as its bias shrinks like 1/span); the mean of both when both are stable and
@@ -211,6 +213,7 @@ class TsUnwrapper {
 class TickEstimator {
  public:
   static constexpr std::array<Nanos, 3> kCandidates{1 * kMilli, 4 * kMilli, 10 * kMilli};
+  static constexpr double kHz300 = 1e9 / 300;        // an odd clock phones use (ns)
   static constexpr double kSnapTolerance = 0.02;     // relative
   static constexpr double kMaxBracket = 0.10;        // U / L - 1 above this: wide bracket
   static constexpr double kLowerSlack = 0.05;        // wide bracket: candidate within L + this
