@@ -253,6 +253,21 @@ def test_percentages_medians_and_spread(tmp_path, fake_lab):
     assert base["base_dl_mbps"]["median"] == 7.0 and base["base_alone_p95"]["median"] == 335
 
 
+def test_runs_without_their_own_baseline_take_the_first_runs(tmp_path, fake_lab):
+    # off ran once, the shipped policy three times (a trace cell's unregulated baseline run
+    # once): runs 2 and 3 are taken against run 1's download and upload alone
+    out = suite.run(fake_args(tmp_path), lambda m: None)
+    jsonl = Path(out["jsonl"])
+    lines = [json.loads(x) for x in jsonl.read_text().splitlines()]
+    jsonl.write_text("".join(json.dumps(x) + "\n" for x in lines
+                             if not (x["policy"] == "off" and x["run"] > 1)))
+    s = suite.from_jsonl(jsonl)["summary"]["3g"]["shipped"]
+    assert s["dl_pct"]["n"] == 3
+    # 6.5 x (1.0, 0.98, 1.02) against run 1's 7.0 (the runs' own were 7.0 x the same factor)
+    assert s["dl_pct"]["min"] == pytest.approx(6.5 * 0.98 / 7.0)
+    assert s["dl_pct"]["max"] == pytest.approx(6.5 * 1.02 / 7.0)
+
+
 def test_targets_per_cell(tmp_path, fake_lab):
     out = suite.run(fake_args(tmp_path), lambda m: None)
     S = out["summary"]
