@@ -199,6 +199,31 @@ TEST(TickEstimator, ADownlinkQueueGrowingOnTheEchoSideStillSnaps) {
   }
 }
 
+// The flow's first segments cross an outage of the link (a traced EV-DO or UMTS link stalls
+// for seconds): the SYN that anchors the arrival side arrives late, which lowers every slope
+// taken from it, so U read below the tick for tens of seconds (1 s late: U = 0.966 ms at 30
+// s, no candidate in the bracket, the tick never known in the lab's 30 s). The same on the
+// echo side, whose first echo comes back late. Later anchors did not wait.
+TEST(TickEstimator, AnOutageUnderTheFirstSegmentsDelaysTheTickBySecondsAtMost) {
+  for (Nanos tick : {kMilli, 4 * kMilli, 10 * kMilli}) {
+    for (Nanos outage : {ms(300), ms(1000), ms(2000)}) {
+      SCOPED_TRACE(::testing::Message() << tick << " " << outage);
+      Phone ph;
+      ph.tick = tick;
+      ph.ts_base = 4242;
+      ph.offset = ms(0.3);
+      // Sent during the outage: waits until it ends, then the backlog drains at 10x.
+      const auto stall = [outage](Nanos t) { return t < outage ? outage + t / 10 - t : jitter(t); };
+      ph.q = stall;
+      ph.down = [stall](Nanos t) { return ms(15) + stall(t); };
+      const TickEstimator est = run_tick(ph, 6 * kSecond, ms(5), true);
+      ASSERT_TRUE(est.known());
+      EXPECT_EQ(est.quality(), TickEstimator::Quality::kEstimated);
+      EXPECT_EQ(est.ns_per_tick(), static_cast<double>(tick));
+    }
+  }
+}
+
 TEST(TickEstimator, HandshakeGivesAProvisionalSnapOnlyWhenUnambiguous) {
   struct Case {
     Nanos tick, span;

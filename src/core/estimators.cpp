@@ -35,29 +35,45 @@ void TickEstimator::reanchor() {
 }
 
 bool TickEstimator::Slope::add(Nanos t, int64_t ticks) {
-  if (!anchored_) {
-    anchored_ = true;
+  if (anchors_ == 0) {
+    anchor_[0] = {t, ticks, 0, false};
+    anchors_ = 1;
     open_ = false;
-    anchor_t_ = t;
-    anchor_ticks_ = ticks;
     checkpoint_span_ = 0;
     return false;
   }
-  const Nanos span = t - anchor_t_;
-  const int64_t dt = ticks - anchor_ticks_;
-  if (span < kMinSpan || dt <= 0) return false;
-  const double slope = static_cast<double>(span) / static_cast<double>(dt);
+  if (anchors_ < kAnchors && t - anchor_[anchors_ - 1].t >= kMinSpan) {
+    anchor_[anchors_++] = {t, ticks, 0, false};
+  }
+  bool any = false;
+  for (int i = 0; i < anchors_; ++i) {
+    Anchor& a = anchor_[i];
+    const Nanos span = t - a.t;
+    const int64_t dt = ticks - a.ticks;
+    if (span < kMinSpan || dt <= 0) continue;
+    const double slope = static_cast<double>(span) / static_cast<double>(dt);
+    if (!a.open || (take_min_ ? slope < a.best : slope > a.best)) a.best = slope;
+    a.open = true;
+    any = true;
+  }
+  if (!any) return false;
   if (!open_) {
     open_ = true;
     block_start_ = t;
-    best_ = slope;
     return false;
   }
-  if (take_min_ ? slope < best_ : slope > best_) best_ = slope;
   if (t - block_start_ < kBlock) return false;
-  // Block end: publish its extreme, check stability across doublings of the span.
-  value_ = best_;
+  // Block end: the extreme across the anchors, its stability across doublings of the span.
+  bool first = true;
+  for (int i = 0; i < anchors_; ++i) {
+    Anchor& a = anchor_[i];
+    if (!a.open) continue;
+    if (first || across(a.best, value_)) value_ = a.best;
+    first = false;
+    a.open = false;  // the next block starts afresh
+  }
   has_value_ = true;
+  const Nanos span = t - anchor_[0].t;
   if (checkpoint_span_ == 0) {
     checkpoint_span_ = span;
     checkpoint_value_ = value_;
@@ -67,7 +83,6 @@ bool TickEstimator::Slope::add(Nanos t, int64_t ticks) {
     checkpoint_value_ = value_;
   }
   block_start_ = t;
-  best_ = slope;
   return true;
 }
 

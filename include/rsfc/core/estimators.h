@@ -245,31 +245,47 @@ class TickEstimator {
   uint32_t version() const { return version_; }
 
  private:
-  // Slope of gateway time against ticks from an anchor, one extreme per block.
+  // Slope of gateway time against ticks from an anchor, one extreme per block. The anchor
+  // itself may be off: a phone segment that waited out an outage of the link (the flow's SYN
+  // on a traced link) arrives late, which lowers every slope taken from it, and U is no
+  // upper bound any more until the span dwarfs that wait (tens of seconds). So up to
+  // kAnchors anchors a kMinSpan apart, each with its own extreme; the value is the most
+  // extreme of those that have one (for U the largest of the minima: the anchor that waited
+  // least), which is a true bound as soon as one anchor did not wait.
   class Slope {
    public:
+    static constexpr int kAnchors = 4;
     explicit Slope(bool take_min) : take_min_(take_min) {}
     // True when a block ended (a new value).
     bool add(Nanos t, int64_t ticks);
-    void reanchor() { anchored_ = open_ = false; }
+    void reanchor() {
+      anchors_ = 0;
+      open_ = false;
+    }
     std::optional<double> value() const {
       if (!has_value_) return std::nullopt;
       return value_;
     }
-    bool anchored() const { return anchored_; }
+    bool anchored() const { return anchors_ > 0; }
     bool stable() const { return stable_; }
 
    private:
-    Nanos anchor_t_ = 0;
-    int64_t anchor_ticks_ = 0;
+    struct Anchor {
+      Nanos t = 0;
+      int64_t ticks = 0;
+      double best = 0;  // this block's extreme from this anchor
+      bool open = false;
+    };
+    // a better than b for this side's combination across anchors (U: the larger minimum).
+    bool across(double a, double b) const { return take_min_ ? a > b : a < b; }
+    std::array<Anchor, kAnchors> anchor_{};
+    int anchors_ = 0;
     Nanos block_start_ = 0;
-    double best_ = 0;
     double value_ = 0;
     double checkpoint_value_ = 0;  // value at span checkpoint_span_
     Nanos checkpoint_span_ = 0;
     bool take_min_;
-    bool anchored_ = false;
-    bool open_ = false;
+    bool open_ = false;  // a block is open
     bool has_value_ = false;
     bool stable_ = false;  // agreed with itself across a doubling of the span
   };
