@@ -342,6 +342,42 @@ TEST(DownlinkQueue, UnknownTickConsumesSlotsWithoutSamples) {
   EXPECT_TRUE(est.on_ack(110 * kMilli, 3000, 110, 1e6, kHorizon, kFilter));
 }
 
+// A download nobody regulates yet (its regulator waits for the first sample) fills a slow
+// link's buffer to more than kMaxAge of queue before the tick is known: the slots timed
+// then must still be answered, or every later slot ages out before its ACK too and the
+// regulator waits for good (the lab's UMTS trace at 0 s: RTT p95 10.6 s, as unregulated).
+// Once samples come, kMaxAge holds again.
+TEST(DownlinkQueue, TheFirstSampleWaitsLongerThanTheSlotAge) {
+  DownlinkQueueEstimator est;
+  const Nanos q = 12 * kSecond;  // every segment waits this long in the downlink queue
+  uint32_t seq = 1000;
+  std::vector<std::pair<Nanos, uint32_t>> sent;  // forwarding time, end
+  std::optional<Nanos> first;
+  size_t next_ack = 0;
+  for (Nanos t = 0; t < 20 * kSecond; t += 10 * kMilli) {
+    est.on_data(t, seq, seq + kMss, kSpacing);
+    seq += kMss;
+    sent.emplace_back(t, seq);
+    // The phone ACKs what reached it; the tick becomes known 3 s in.
+    while (next_ack < sent.size() && sent[next_ack].first + q + 20 * kMilli <= t) {
+      const double g = t >= 3 * kSecond ? 1e6 : 0.0;
+      const auto sample = est.on_ack(t, sent[next_ack].second, static_cast<uint32_t>(t / kMilli), g,
+                                     kHorizon, kFilter);
+      if (sample && !first) first = t;
+      ++next_ack;
+    }
+  }
+  ASSERT_TRUE(first.has_value()) << "no sample in 20 s";
+  EXPECT_LE(*first, 12 * kSecond + 100 * kMilli);
+  // Samples came: a slot older than kMaxAge is dropped again.
+  DownlinkQueueEstimator e2;
+  e2.on_data(0, 1000, 2000, kSpacing);
+  ASSERT_TRUE(e2.on_ack(50 * kMilli, 2000, 50, 1e6, kHorizon, kFilter));
+  e2.on_data(100 * kMilli, 2000, 3000, kSpacing);
+  EXPECT_FALSE(e2.on_ack(100 * kMilli + DownlinkQueueEstimator::kMaxAge + kMilli, 3000, 9000, 1e6,
+                         kHorizon, kFilter));
+}
+
 TEST(DownlinkQueue, TickCorrectionRebasesTheMinimum) {
   Downlink L;
   DownlinkQueueEstimator est;

@@ -17,7 +17,7 @@ void DownlinkQueueEstimator::on_data(Nanos now, uint32_t seq, uint32_t end, Nano
   have_high_ = true;
   if (recorded_ && now - last_record_ < min_spacing) return;
   for (Slot& s : slots_) {
-    if (!s.pending || now - s.time > kMaxAge) {
+    if (!s.pending || now - s.time > max_age()) {
       s = {now, end, true};
       last_record_ = now;
       recorded_ = true;
@@ -32,7 +32,7 @@ std::optional<DownlinkQueueEstimator::Match> DownlinkQueueEstimator::take_covere
   std::optional<Match> latest;
   for (Slot& s : slots_) {
     if (!s.pending) continue;
-    if (now - s.time > kMaxAge) {
+    if (now - s.time > max_age()) {
       s.pending = false;
       continue;
     }

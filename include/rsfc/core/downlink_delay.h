@@ -44,6 +44,10 @@ class DownlinkQueueEstimator {
  public:
   static constexpr size_t kSlots = 8;
   static constexpr Nanos kMaxAge = 8 * kSecond;  // a slot never answered is dropped then
+  // ... but before the first sample, 30 s: a download nobody regulates yet (its regulator
+  // waits for this first sample) can build a queue longer than kMaxAge, and slots dropped
+  // before their ACK would keep it waiting for good.
+  static constexpr Nanos kMaxAgeFirst = 30 * kSecond;
 
   // A data segment [seq, end) forwarded towards the phone at `now`.
   void on_data(Nanos now, uint32_t seq, uint32_t end, Nanos min_spacing);
@@ -76,6 +80,7 @@ class DownlinkQueueEstimator {
   std::optional<Match> take_covered(Nanos now, uint32_t ack);
   void restart();
 
+  Nanos max_age() const { return samples_ == 0 ? kMaxAgeFirst : kMaxAge; }
   std::array<Slot, kSlots> slots_{};
   TsUnwrapper unwrap_;
   WindowedMinAux<8> dmin_;  // value d, aux = ticks - ref_ticks_
