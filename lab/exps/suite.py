@@ -413,7 +413,8 @@ def cell_runs(tests: dict, policy: str) -> list[dict]:
     first = next((r for r, d in enumerate(off.get("dl", [])) if d), None)
     for r in range(len(off.get("dl", []))):
         base_dl, base_ul = off["dl"][r], off.get("ul", [None] * (r + 1))[r]
-        if base_dl is None and first is not None:
+        own = base_dl is not None
+        if not own and first is not None:
             base_dl, base_ul = off["dl"][first], off.get("ul", [None] * (first + 1))[first]
         both, dl = mine.get("both", [None] * (r + 1))[r], mine.get("dl", [None] * (r + 1))[r]
         get = lambda d, k: d.get(k) if d else None  # noqa: E731
@@ -424,7 +425,7 @@ def cell_runs(tests: dict, policy: str) -> list[dict]:
             "alone_p50": get(dl, "rtt_p50_ms"), "alone_p95": get(dl, "rtt_p95_ms"),
             "alone_dl_pct": _ratio(get(dl, "dl_mbps"), get(base_dl, "dl_mbps")),
             "base_dl_mbps": get(base_dl, "dl_mbps"), "base_ul_mbps": get(base_ul, "ul_mbps"),
-            "base_alone_p95": get(base_dl, "rtt_p95_ms")})
+            "base_alone_p95": get(base_dl, "rtt_p95_ms"), "own_base": own})
     return rows
 
 
@@ -477,7 +478,7 @@ def summarize(out: dict) -> None:
     out["summary"], out["best_static"] = {}, {}
     for name, tests in out["tests"].items():
         cell = out["cells"][name]
-        base = {k: spread([r[k] for r in cell_runs(tests, "off")])
+        base = {k: spread([r[k] for r in cell_runs(tests, "off") if r["own_base"]])
                 for k in ("base_dl_mbps", "base_ul_mbps", "base_alone_p95")}
         S = {"baseline": base}
         for p in out["policies"]:

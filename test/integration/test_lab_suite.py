@@ -261,8 +261,11 @@ def test_runs_without_their_own_baseline_take_the_first_runs(tmp_path, fake_lab)
     lines = [json.loads(x) for x in jsonl.read_text().splitlines()]
     jsonl.write_text("".join(json.dumps(x) + "\n" for x in lines
                              if not (x["policy"] == "off" and x["run"] > 1)))
-    s = suite.from_jsonl(jsonl)["summary"]["3g"]["shipped"]
+    out = suite.from_jsonl(jsonl)
+    s = out["summary"]["3g"]["shipped"]
     assert s["dl_pct"]["n"] == 3
+    # the baseline's own spread counts the one run it has, not its stand-ins
+    assert out["summary"]["3g"]["baseline"]["base_dl_mbps"]["n"] == 1
     # 6.5 x (1.0, 0.98, 1.02) against run 1's 7.0 (the runs' own were 7.0 x the same factor)
     assert s["dl_pct"]["min"] == pytest.approx(6.5 * 0.98 / 7.0)
     assert s["dl_pct"]["max"] == pytest.approx(6.5 * 1.02 / 7.0)
