@@ -87,10 +87,12 @@ bool TickEstimator::Slope::add(Nanos t, int64_t ticks) {
 }
 
 void TickEstimator::on_sample(Nanos arrival, int64_t ticks) {
+  if (final()) return;  // nothing can change a snap: no slopes on every packet after it
   if (upper_.add(arrival, ticks)) decide();
 }
 
 void TickEstimator::on_echo(Nanos forwarded, int64_t ticks) {
+  if (final()) return;
   if (!lower_.anchored()) {
     echo_first_t_ = forwarded;
     echo_first_ticks_ = ticks;
@@ -105,7 +107,7 @@ void TickEstimator::on_echo(Nanos forwarded, int64_t ticks) {
 }
 
 void TickEstimator::decide() {
-  if (quality_ == Quality::kEstimated && snapped_) return;  // a snap is final
+  if (final()) return;
   const auto u = upper_.value();
   const auto l = lower_.value();
   // A side that has samples but no value yet gets its chance first.

@@ -239,6 +239,8 @@ class TickEstimator {
   bool known() const { return quality_ != Quality::kUnknown; }
   bool snapped() const { return snapped_; }
   double ns_per_tick() const { return g_; }  // 0 when unknown
+  // The bounds as they stood when the estimate became final (a snap): no slope is taken
+  // after it.
   std::optional<double> upper() const { return upper_.value(); }
   std::optional<double> lower() const { return lower_.value(); }
   // Changes whenever ns_per_tick() changes, so users can re-base stored values.
@@ -290,6 +292,7 @@ class TickEstimator {
     bool stable_ = false;  // agreed with itself across a doubling of the span
   };
 
+  bool final() const { return quality_ == Quality::kEstimated && snapped_; }  // a snap is final
   void publish(double g, bool snapped, Quality q);
   void decide();
   void try_hint(Nanos span, int64_t dt);
