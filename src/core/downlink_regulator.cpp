@@ -193,7 +193,7 @@ void DownlinkQueueRegulator::on_ack(Nanos now, const TcpSegment& s, std::optiona
     confirmed_at_ = now;
     confirmed_ = true;
   }
-  count_acked(s.ack, ack_ticks_.unwrap(s.tsval), p);
+  count_acked(now, s.ack, ack_ticks_.unwrap(s.tsval), p);
   if (!q || !forwarded || !up) return;
   const Nanos round_trip = now - *forwarded;
   path_min_.update(now, std::max<Nanos>(0, round_trip - own - *up), p.horizon);
@@ -234,7 +234,13 @@ std::optional<Nanos> DownlinkQueueRegulator::mark_time(uint32_t end) const {
 // Bytes acknowledged, and the phone-clock rate sample: an ACK after a gap longer than the
 // interval (an outage: nothing was delivered, or an idle server) restarts the sample, so the
 // gap is not read as a low rate.
-void DownlinkQueueRegulator::count_acked(uint32_t ack, int64_t ticks,
+//
+// And whether the service swings on the packet floor's own scale: a short sample spans the
+// time threshold_packets packets take at the rate (at least two ticks); more than
+// floor_swing times the rate delivered within one shows a link that serves in bursts (a
+// steady link never delivers faster than its rate, an idle one only slower), and the packet
+// floor on T holds for a horizon.
+void DownlinkQueueRegulator::count_acked(Nanos now, uint32_t ack, int64_t ticks,
                                          const DownlinkQueueParams& p) {
   if (!ack_known_) {
     ack_known_ = true;
@@ -247,8 +253,18 @@ void DownlinkQueueRegulator::count_acked(uint32_t ack, int64_t ticks,
   const double g = ns_per_tick();
   const double gap = static_cast<double>(ticks - last_ack_ticks_) * g;
   const Nanos max_gap = std::max(kAckGap, interval(p));
-  if (!rate_sample_.open || g <= 0 || gap > static_cast<double>(max_gap)) {
-    rate_sample_ = {ticks, acked_, g > 0};
+  const bool restart = g <= 0 || gap > static_cast<double>(max_gap);
+  if (!rate_sample_.open || restart) rate_sample_ = {ticks, acked_, g > 0};
+  if (!short_sample_.open || restart || last_.rate <= 0 || p.threshold_packets <= 0) {
+    short_sample_ = {ticks, acked_, g > 0};
+  } else {
+    const double span = static_cast<double>(ticks - short_sample_.start_ticks) * g / 1e9;
+    const double scale = std::max(p.threshold_packets * mss_ / last_.rate, 2 * g / 1e9);
+    if (span >= scale) {
+      const double bytes = static_cast<double>(acked_ - short_sample_.start_bytes);
+      if (bytes > p.floor_swing * last_.rate * span) swinging_until_ = now + p.horizon;
+      short_sample_ = {ticks, acked_, true};
+    }
   }
   last_ack_ticks_ = ticks;
 }
@@ -346,7 +362,9 @@ DownlinkQueueRegulator::Signals DownlinkQueueRegulator::measure(Nanos now,
   }
   s.interval = control_interval(s, p);
   measure_rate(now, s, p);  // the fall check: a queue above the time-based T is a busy link
-  s.threshold = threshold_for(s.rtt_min, s.rate, p);
+  // The packet floor only while the service swings (the header's T).
+  const bool floor = p.floor_swing <= 0 || swinging(now);
+  s.threshold = threshold_for(s.rtt_min, floor ? s.rate : 0.0, p);
   // Data since the previous step, or within a round trip (data and ACKs may come in bursts,
   // and steps with them).
   const Nanos round_trip = s.rtt_now + (s.q_down ? *s.q_down : 0);
@@ -389,6 +407,10 @@ void DownlinkQueueRegulator::measure_rate(Nanos now, Signals& s, const DownlinkQ
       rate_max_.update(now, std::llround(s.rate_now), rate_window(s.interval));
       rate_sample_ = {last_ack_ticks_, acked_, true};
       fresh = true;
+      // The service swings: a sample under half the maximum (header, T).
+      const auto top = rate_max_.get(now, rate_window(s.interval));
+      if (top && s.rate_now * p.floor_swing < static_cast<double>(top->value))
+        swinging_until_ = now + p.horizon;
     }
   }
   const auto m = rate_max_.get(now, rate_window(s.interval));
@@ -419,12 +441,14 @@ void DownlinkQueueRegulator::check_fall(Nanos now, Signals& s, bool fresh,
 
 // Auto T: the base round trip, within [threshold_floor, threshold_ceiling], and never less
 // than tick_multiple ticks (the queue must be readable on the phone's clock) nor
-// threshold_packets packets' service at the delivered rate (bytes/s; 0: not known yet). A
-// slow link serves whole packets, and a cellular one serves them in scheduling bursts whose
-// size swings from one moment to the next: a standing queue of less than a few packets runs
-// empty whenever a burst is larger than the average, and the capacity of that burst is lost
-// (on the EV-DO trace a third of the download's rate alone). On links of a few Mbit/s and
-// more, three packets take less than the floor, and nothing changes.
+// threshold_packets packets' service at the delivered rate (bytes/s; 0: not known yet, or a
+// service that has not swung within the horizon: measure() decides). A slow link serves whole
+// packets, and a cellular one serves them in scheduling bursts whose size swings from one moment to
+// the next: a standing queue of less than a few packets runs empty whenever a burst is larger than
+// the average, and the capacity of that burst is lost (on the EV-DO trace a third of the download's
+// rate alone). A steady slow link (2G) keeps its rate with less than a packet of queue, and there
+// the floor only adds latency. On links of a few Mbit/s and more, three packets take less than the
+// floor, and nothing changes.
 Nanos DownlinkQueueRegulator::threshold_for(std::optional<Nanos> rtt_min, double rate,
                                             const DownlinkQueueParams& p) const {
   if (p.threshold) return *p.threshold;

@@ -37,10 +37,15 @@
 //            make the download window-limited (DRWA's failure).
 //   T        threshold, or the base round trip clamped to [threshold_floor,
 //            threshold_ceiling], to at least tick_multiple ticks and to at least
-//            threshold_packets packets' service at the delivered rate (a slow cellular link
-//            serves whole packets in bursts: a shorter queue runs empty under a large one and
-//            its capacity is lost; the link-falling check keeps the time-based T, since any
-//            queue above it shows a busy link). The base round trip is
+//            threshold_packets packets' service at the delivered rate while the service
+//            swings (a slow cellular link serves whole packets in bursts: a shorter queue
+//            runs empty under a large one and its capacity is lost; a steady slow link, as
+//            2G, keeps its rate with less than a packet, and the floor would only add
+//            latency there). The service swings for one horizon after the phone received,
+//            within the time threshold_packets packets take at the rate, more than
+//            floor_swing times the rate (a steady link never serves faster than its rate,
+//            an idle one only slower). The link-falling check keeps the
+//            time-based T, since any queue above it shows a busy link. The base round trip is
 //            the windowed minimum of the same samples less both queues (q_down and q_up)
 //            plus the server half: a phone-half minimum would contain the other queue
 //            whenever the two never empty at the same moment.
@@ -152,10 +157,12 @@ struct DownlinkQueueParams {
   Nanos threshold_floor = 20 * kMilli;    // auto T never below this
   Nanos threshold_ceiling = 80 * kMilli;  // auto T never above this
   double tick_multiple = 4;               // auto T >= this * g
-  double threshold_packets = 3;           // auto T >= this many packets at the rate
-  Nanos horizon = 10 * kSecond;           // min(d), the round-trip minima, the baseline offset
-  Nanos filter = 200 * kMilli;            // q_down: minimum of the raw samples over this
-  Nanos interval_floor = 20 * kMilli;     // control interval: rtt clamped to [this, max]
+  double threshold_packets = 3;           // auto T >= this many packets at the rate ...
+  double floor_swing = 2;        // ... while the service swings: more than this * rate received
+                                 // within those packets' time (one horizon); 0 = always
+  Nanos horizon = 10 * kSecond;  // min(d), the round-trip minima, the baseline offset
+  Nanos filter = 200 * kMilli;   // q_down: minimum of the raw samples over this
+  Nanos interval_floor = 20 * kMilli;  // control interval: rtt clamped to [this, max]
   Nanos max_interval = 1 * kSecond;
   Nanos rtt_smoothing = 1 * kSecond;  // W is sized on the round trip averaged over this
   double rtt_gain = 0.25;             // rtt_now: EWMA gain per sample
@@ -220,6 +227,8 @@ class DownlinkQueueRegulator {
   uint32_t link_falls() const { return link_falls_; }              // rate restarted (fall)
   uint32_t path_rebaselines() const { return path_rebaselines_; }  // DRAIN raised the base
   uint32_t drains() const { return drains_; }
+  // The packet floor on T is in force: the service swung within the last horizon.
+  bool swinging(Nanos now) const { return now < swinging_until_; }
 
  private:
   // The signals a step leaves for the read-outs and the segment handlers (the interval).
@@ -285,7 +294,7 @@ class DownlinkQueueRegulator {
   std::optional<Nanos> mark_time(uint32_t end) const;
   void note_edge(Nanos now, uint32_t edge, const DownlinkQueueParams& p);
   std::optional<uint32_t> edge_at(Nanos t) const;
-  void count_acked(uint32_t ack, int64_t ticks, const DownlinkQueueParams& p);
+  void count_acked(Nanos now, uint32_t ack, int64_t ticks, const DownlinkQueueParams& p);
   void add_rtt(Nanos now, Nanos rtt_no_queue, const DownlinkQueueParams& p);
 
   // The control step: measure, then one function per state.
@@ -337,6 +346,7 @@ class DownlinkQueueRegulator {
   Ewma rtt_avg_;
   Nanos rtt_avg_at_ = 0;
   RateSample rate_sample_;
+  RateSample short_sample_;           // the service's swing on the packet floor's scale
   uint64_t acked_ = 0;                // bytes the phone acknowledged, total
   int64_t last_ack_ticks_ = 0;        // TSval of the last ACK that advanced
   uint32_t ack_high_ = 0;             // highest cumulative ACK from the phone
@@ -388,6 +398,7 @@ class DownlinkQueueRegulator {
   Nanos evidence_since_ = 0;
   bool drained_once_ = false;  // a drain has seen the queue empty (min(d) confirmed)
   bool suspect_ = false;       // confirmations may be against a re-learnt min(d)
+  Nanos swinging_until_ = 0;   // the packet floor on T holds until then
   uint32_t link_falls_ = 0;
   uint32_t path_rebaselines_ = 0;
   uint32_t drains_ = 0;
