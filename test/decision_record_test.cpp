@@ -82,6 +82,29 @@ TEST(DecisionRecordJson, DownlinkQueueRecordsCarryQDown) {
   EXPECT_EQ(format(r, DecisionJson::kLog).find("q_down_ms"), std::string::npos);
 }
 
+// The two queue laws' records carry the T they hold their queue at, after rtt_ms (and before
+// q_down_ms); unknown is null; DRWA's records leave it out.
+TEST(DecisionRecordJson, QueueLawRecordsCarryTheirThreshold) {
+  DecisionRecord r = record();
+  r.has_threshold = true;
+  r.threshold_ms = 80;
+  std::string line = format(r, DecisionJson::kLog);
+  EXPECT_NE(line.find("\"rtt_ms\":null,\"threshold_ms\":80,\"window_bytes\":"),
+            std::string::npos)
+      << line;
+  r.has_q_down = true;
+  r.q_down_ms = 7.25;
+  r.threshold_ms = 360.5;
+  line = format(r, DecisionJson::kReplay);
+  EXPECT_NE(line.find("\"threshold_ms\":360.500,\"q_down_ms\":7.250,"), std::string::npos)
+      << line;
+  r.threshold_ms = NAN;
+  line = format(r, DecisionJson::kLog);
+  EXPECT_NE(line.find("\"threshold_ms\":null,"), std::string::npos) << line;
+  r.has_threshold = false;
+  EXPECT_EQ(format(r, DecisionJson::kLog).find("threshold_ms"), std::string::npos);
+}
+
 TEST(DecisionRecordJson, EscapesNamesAndNeverOverrunsTheBuffer) {
   DecisionRecord r = record();
   r.state = "a\"b\\c\n";

@@ -974,6 +974,10 @@ TEST(EngineRsfc, StandingUplinkQueueGetsTheWindowClamped) {
   EXPECT_TRUE(last.timestamps);
   EXPECT_TRUE(last.enforced);
   EXPECT_NEAR(last.tick_ms, 1.0, 0.05) << "the phone's 1 ms TS clock";
+  // T: auto, the base round trip (~45 ms) within [20, 80] ms.
+  EXPECT_TRUE(last.has_threshold);
+  EXPECT_GE(last.threshold_ms, 20.0);
+  EXPECT_LE(last.threshold_ms, 80.0);
   // The queue reaches 1.5 s; an open-loop sender never drains it, so the controller may
   // later re-baseline it as delay it cannot remove (monitor state): look at the peak.
   double peak = 0;
@@ -1616,12 +1620,20 @@ TEST(EngineDownlinkRsfc, GrowingDownlinkQueueGetsTheWindowClamped) {
     EXPECT_TRUE(d.enforced);
     fast |= std::string_view(d.state) == "fast";
     q_known |= d.q_down_ms > 0;
+    // T: the base round trip within [20, 80] ms once the law runs (this link's service is
+    // steady, so no packet floor).
+    EXPECT_TRUE(d.has_threshold);
+    if (std::string_view(d.state) != "startup") {
+      EXPECT_GE(d.threshold_ms, 20.0) << d.state;
+      EXPECT_LE(d.threshold_ms, 80.0) << d.state;
+    }
   }
   EXPECT_TRUE(fast) << "a growing queue puts the regulator in FAST";
   EXPECT_TRUE(q_known);
   char line[1024];
   ASSERT_GT(format_decision_json(r.records.back(), line, sizeof(line)), 0u);
   EXPECT_NE(std::string_view(line).find("\"knob\":\"downlink\""), std::string_view::npos) << line;
+  EXPECT_NE(std::string_view(line).find(",\"threshold_ms\":"), std::string_view::npos) << line;
   EXPECT_NE(std::string_view(line).find(",\"q_down_ms\":"), std::string_view::npos) << line;
   // The flow ends: out of the gauge.
   e.expire(1000 * kSecond);  // past idle_timeout

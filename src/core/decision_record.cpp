@@ -130,6 +130,10 @@ size_t format_decision_json(const DecisionRecord& r, char* out, size_t cap, Deci
   measurement(o, r.rtt_min_ms, r.rtt_min_ms >= 0, form);
   o.text(",\"rtt_ms\":");
   measurement(o, r.rtt_ms, r.rtt_ms >= 0, form);
+  if (r.has_threshold) {
+    o.text(",\"threshold_ms\":");
+    measurement(o, r.threshold_ms, r.threshold_ms > 0, form);
+  }
   if (r.has_q_down) {
     o.text(",\"q_down_ms\":");
     measurement(o, r.q_down_ms, r.q_down_ms >= 0, form);

@@ -139,6 +139,8 @@ void describe_uplink(DecisionRecord& rec, const UplinkRegulator& u) {
   rec.rate_bps = u.rate() * 8;  // bytes/s -> bits/s
   rec.rtt_min_ms = u.rtt_min() ? static_cast<double>(*u.rtt_min()) / 1e6 : kUnknown;
   rec.rtt_ms = u.rtt_used() ? static_cast<double>(*u.rtt_used()) / 1e6 : kUnknown;
+  rec.has_threshold = true;
+  rec.threshold_ms = u.threshold() > 0 ? static_cast<double>(u.threshold()) / 1e6 : kUnknown;
   rec.timestamps = u.timestamps();
 }
 
@@ -165,6 +167,8 @@ void describe_downlink(DecisionRecord& rec, const DownlinkQueueRegulator& q) {
   rec.rate_bps = q.rate() * 8;  // bytes/s -> bits/s
   rec.rtt_min_ms = ms_or_unknown(q.rtt_min());
   rec.rtt_ms = ms_or_unknown(q.rtt_used());
+  rec.has_threshold = true;
+  rec.threshold_ms = q.threshold() > 0 ? static_cast<double>(q.threshold()) / 1e6 : kUnknown;
   rec.timestamps = q.timestamps();
   rec.has_q_down = true;
   rec.q_down_ms = ms_or_unknown(q.q_down());

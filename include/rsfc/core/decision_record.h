@@ -30,8 +30,13 @@ struct DecisionRecord {
   uint64_t target_bytes = 0;  // the controller's target after the floor; 0 = no clamp
   bool enforced = true;       // false under policy observe (target_bytes: what it would apply)
   bool timestamps = false;
+  // The records of the two queue laws (knob "uplink" under rsfc, "downlink" under rsfc)
+  // carry threshold_ms, the T their queue is held at (after "rtt_ms"); DRWA's leave it out.
+  bool has_threshold = false;
+  double threshold_ms = -1;  // -1 = unknown
   // The downlink queue regulator's records (knob "downlink" under policy rsfc) also carry
-  // q_down_ms, the downlink queue it regulates (after "rtt_ms"); other records leave it out.
+  // q_down_ms, the downlink queue it regulates (after "threshold_ms"); other records leave it
+  // out.
   bool has_q_down = false;
   double q_down_ms = -1;  // -1 = unknown
   // The engine's flow-table slot of the flow (PacketResult::flow, Engine::flow()), for tools
