@@ -89,15 +89,13 @@ TEST(DecisionRecordJson, QueueLawRecordsCarryTheirThreshold) {
   r.has_threshold = true;
   r.threshold_ms = 80;
   std::string line = format(r, DecisionJson::kLog);
-  EXPECT_NE(line.find("\"rtt_ms\":null,\"threshold_ms\":80,\"window_bytes\":"),
-            std::string::npos)
+  EXPECT_NE(line.find("\"rtt_ms\":null,\"threshold_ms\":80,\"window_bytes\":"), std::string::npos)
       << line;
   r.has_q_down = true;
   r.q_down_ms = 7.25;
   r.threshold_ms = 360.5;
   line = format(r, DecisionJson::kReplay);
-  EXPECT_NE(line.find("\"threshold_ms\":360.500,\"q_down_ms\":7.250,"), std::string::npos)
-      << line;
+  EXPECT_NE(line.find("\"threshold_ms\":360.500,\"q_down_ms\":7.250,"), std::string::npos) << line;
   r.threshold_ms = NAN;
   line = format(r, DecisionJson::kLog);
   EXPECT_NE(line.find("\"threshold_ms\":null,"), std::string::npos) << line;
