@@ -1,0 +1,165 @@
+// rsfc-simsuite: the lab suite's cells in the packet simulator (test/regulator_sim.h), for
+// the experiments in lab/EXPERIMENTS.md. Per start offset: the unregulated download alone and
+// upload alone, then the policy's download with an upload and its download alone; prints
+// download % / upload % of the unregulated ones and the phone's ping p95, then the medians.
+//
+//   rsfc-simsuite CELL [RUNS] [POLICY] [--threshold-packets N] [--floor-swing X]
+//                 [--start SECONDS]
+//
+// CELL: 2g, 3g, lte (constant links; RUNS seeds) or a trace of lab/traces (e.g.
+// Verizon-EVDO-driving; RUNS start offsets spread over it, or RUNS seconds from --start on:
+// 1 MB up / 512 KB down buffers, 50 ms base round trip, 38 s with 8 s of warm-up). POLICY:
+// off, 64K, 128K, rsfc (uplink only) or shipped (rsfc on both knobs; the default).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "regulator_sim.h"
+#include "sim_trace_link.h"
+
+namespace {
+
+using namespace rsfc;
+using namespace rsfc::sim;
+
+struct Policy_ {
+  const char* name;
+  Policy up;
+  bool queue_regulator;
+  Policy down;
+  uint32_t static_window;
+};
+
+constexpr Policy_ kPolicies[] = {{"off", Policy::kOff, false, Policy::kOff, 0},
+                                 {"64K", Policy::kStatic, false, Policy::kStatic, 65536},
+                                 {"128K", Policy::kStatic, false, Policy::kStatic, 131072},
+                                 {"rsfc", Policy::kRsfc, false, Policy::kOff, 0},
+                                 {"shipped", Policy::kRsfc, true, Policy::kRsfc, 0}};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: rsfc-simsuite CELL [RUNS] [POLICY] [--threshold-packets N] "
+               "[--floor-swing X] [--start SECONDS]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> pos;
+  double threshold_packets = -1, floor_swing = -1;
+  long start_s = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool more = i + 1 < argc;
+    if (a == "--threshold-packets" && more) {
+      threshold_packets = std::atof(argv[++i]);
+    } else if (a == "--floor-swing" && more) {
+      floor_swing = std::atof(argv[++i]);
+    } else if (a == "--start" && more) {
+      start_s = std::atol(argv[++i]);
+    } else if (a.rfind("--", 0) == 0) {
+      return usage();
+    } else {
+      pos.push_back(a);
+    }
+  }
+  if (pos.empty() || pos.size() > 3) return usage();
+  const std::string cell = pos[0];
+  const int runs = pos.size() > 1 ? std::max(1, std::atoi(pos[1].c_str())) : 3;
+  const std::string policy = pos.size() > 2 ? pos[2] : "shipped";
+  const Policy_* pol = nullptr;
+  for (const Policy_& p : kPolicies) {
+    if (policy == p.name) pol = &p;
+  }
+  if (pol == nullptr) return usage();
+  const bool constant = cell == "2g" || cell == "3g" || cell == "lte";
+  std::shared_ptr<const CapacityTrace> up, down;
+  Nanos span = 0;
+  if (!constant) {
+    const std::string dir = std::string(RSFC_SOURCE_DIR) + "/lab/traces/" + cell;
+    auto u = std::make_shared<CapacityTrace>(CapacityTrace::load(dir + ".up"));
+    auto d = std::make_shared<CapacityTrace>(CapacityTrace::load(dir + ".down"));
+    if (!u->valid() || !d->valid()) {
+      std::fprintf(stderr, "rsfc-simsuite: no trace %s.up/.down in lab/traces\n", cell.c_str());
+      return 1;
+    }
+    span = std::min(u->period, d->period) - 42 * kSecond;
+    up = u;
+    down = d;
+  }
+  std::vector<double> dl, ul, p95, alone, alone_p95;
+  for (int i = 0; i < runs; ++i) {
+    Nanos start = 0;
+    if (!constant) {
+      start = start_s >= 0 ? (start_s + i) * kSecond
+                           : 7 * kSecond + span / runs * i / kSecond * kSecond;
+    }
+    auto scenario = [&](int uploads, int downloads, bool regulated) {
+      Scenario s;
+      s.duration = 38 * kSecond;
+      s.warmup = 8 * kSecond;
+      s.uploads = uploads;
+      s.downloads = downloads;
+      s.seed = static_cast<uint32_t>(i);
+      if (cell == "2g") {
+        s.up_bps = 100e3;
+        s.down_bps = 100e3;
+        s.up_buffer = 125'000;
+        s.down_buffer = 125'000;
+        s.p1 = 90 * kMilli;
+        s.p2 = 10 * kMilli;
+      } else if (cell == "3g" || cell == "lte") {
+        const Scenario t = cell == "3g" ? three_g_link() : lte_link();
+        s.up_bps = t.up_bps;
+        s.down_bps = t.down_bps;
+        s.up_buffer = t.up_buffer;
+        s.down_buffer = t.down_buffer;
+        s.p1 = t.p1;
+        s.p2 = t.p2;
+      } else {
+        s.up_buffer = 1'000'000;
+        s.down_buffer = 512'000;
+        s.p1 = 20 * kMilli;
+        s.p2 = 5 * kMilli;
+        s.shape_links = trace_links(up, down, start);
+      }
+      if (threshold_packets >= 0) s.dlq.threshold_packets = threshold_packets;
+      if (floor_swing >= 0) s.dlq.floor_swing = floor_swing;
+      if (regulated) {
+        s.uplink = pol->up;
+        s.downlink = pol->down;
+        s.downlink_queue_regulator = pol->queue_regulator;
+        s.static_window = pol->static_window ? pol->static_window : 65535;
+      }
+      return simulate(s);
+    };
+    const Result base_down = scenario(0, 1, false), base_up = scenario(1, 0, false);
+    const Result both = scenario(1, 1, true), down_alone = scenario(0, 1, true);
+    dl.push_back(100 * both.download_bps / base_down.download_bps);
+    ul.push_back(100 * both.upload_bps / base_up.upload_bps);
+    p95.push_back(both.ping_p95_ms);
+    alone.push_back(100 * down_alone.download_bps / base_down.download_bps);
+    alone_p95.push_back(down_alone.ping_p95_ms);
+    std::printf(
+        "  %s %s %s %3lld: dl %5.1f %% ul %5.1f %% p95 %6.0f ms | alone dl %5.1f %% p95 %6.0f ms"
+        " (unregulated %6.0f ms)\n",
+        cell.c_str(), pol->name, constant ? "seed" : "from",
+        static_cast<long long>(constant ? i : start / kSecond), dl.back(), ul.back(), p95.back(),
+        alone.back(), alone_p95.back(), base_down.ping_p95_ms);
+    std::fflush(stdout);
+  }
+  std::printf(
+      "%s %s median: dl %5.1f %% ul %5.1f %% p95 %6.0f ms | alone dl %5.1f %% p95 %6.0f ms\n",
+      cell.c_str(), pol->name, median(dl), median(ul), median(p95), median(alone),
+      median(alone_p95));
+  return 0;
+}
