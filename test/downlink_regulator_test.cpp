@@ -416,19 +416,11 @@ TEST(SimDownlinkQueueVariable, TracedLinksKeepTheDownloadsRate) {
     const auto down =
         std::make_shared<sim::CapacityTrace>(sim::CapacityTrace::load(dir + name + ".down"));
     ASSERT_TRUE(up->valid() && down->valid()) << name;
-    const Nanos span = std::min(up->period, down->period) - 42 * kSecond;
     std::vector<double> share, p95, off_p95;
     for (int i = 0; i < kOffsets; ++i) {
-      Scenario s;
+      const Nanos start = sim::suite_trace_offset(*up, *down, i, kOffsets);
+      Scenario s = sim::suite_trace_cell(up, down, start);
       s.uploads = 0;
-      s.up_buffer = 1'000'000;
-      s.down_buffer = 512'000;
-      s.p1 = 20 * kMilli;
-      s.p2 = 5 * kMilli;
-      s.duration = 38 * kSecond;
-      s.warmup = 8 * kSecond;
-      const Nanos start = 7 * kSecond + span / kOffsets * i / kSecond * kSecond;
-      s.shape_links = sim::trace_links(up, down, start);
       char what[96];
       std::snprintf(what, sizeof what, "%s from %lld s", name,
                     static_cast<long long>(start / kSecond));
@@ -458,13 +450,7 @@ TEST(SimDownlinkQueueVariable, TracedLinksKeepTheDownloadsRate) {
 // Killed by: the regulator still in STARTUP at the end (as before the lower bound was fed
 // without a tick: the download's queue at 10 s, the upload at 4 % of its rate), or the bounds.
 TEST(SimDownlinkQueueVariable, SlowLinkWithAnUploadFromTheStartIsRegulated) {
-  Scenario s;
-  s.up_bps = 100e3;
-  s.down_bps = 100e3;
-  s.up_buffer = 125'000;
-  s.down_buffer = 125'000;
-  s.p1 = 90 * kMilli;
-  s.p2 = 10 * kMilli;
+  Scenario s = sim::two_g_link();
   s.duration = 38 * kSecond;
   s.warmup = 8 * kSecond;
   s.uplink = Policy::kRsfc;
@@ -488,14 +474,8 @@ TEST(SimDownlinkQueueVariable, SlowLinkWithAnUploadFromTheStartIsRegulated) {
 // EV-DO offset of (d) it engages. Killed by a 2G control step with the floor in force, the
 // bounds, or an EV-DO run that never swings.
 TEST(SimDownlinkQueueVariable, ThePacketFloorOnlyWhereTheServiceSwings) {
-  Scenario s;
+  Scenario s = sim::two_g_link();
   s.uploads = 0;
-  s.up_bps = 100e3;
-  s.down_bps = 100e3;
-  s.up_buffer = 125'000;
-  s.down_buffer = 125'000;
-  s.p1 = 90 * kMilli;
-  s.p2 = 10 * kMilli;
   s.duration = 38 * kSecond;
   s.warmup = 8 * kSecond;
   const PolicyRun off = run(s, Down::kOff, 0, "2g download alone");
@@ -524,18 +504,9 @@ TEST(SimDownlinkQueueVariable, ThePacketFloorOnlyWhereTheServiceSwings) {
       sim::CapacityTrace::load(dir + "Verizon-EVDO-driving.down"));
   ASSERT_TRUE(up->valid() && down->valid());
   constexpr int kOffsets = 5;
-  const Nanos span = std::min(up->period, down->period) - 42 * kSecond;
   for (int i = 0; i < kOffsets; ++i) {
-    Scenario q;
+    Scenario q = sim::suite_trace_cell(up, down, sim::suite_trace_offset(*up, *down, i, kOffsets));
     q.uploads = 0;
-    q.up_buffer = 1'000'000;
-    q.down_buffer = 512'000;
-    q.p1 = 20 * kMilli;
-    q.p2 = 5 * kMilli;
-    q.duration = 38 * kSecond;
-    q.warmup = 8 * kSecond;
-    q.shape_links =
-        sim::trace_links(up, down, 7 * kSecond + span / kOffsets * i / kSecond * kSecond);
     q.downlink_queue_regulator = true;
     sim::Simulation simulation(q);
     uint64_t n = 0, f = 0;

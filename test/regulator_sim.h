@@ -545,6 +545,17 @@ struct Scenario {
 inline Scenario three_g_link() {
   return {};
 }
+// The lab suite's 2G cell: 100 kbit/s both ways, 200 ms base round trip, 10 s of buffer.
+inline Scenario two_g_link() {
+  Scenario s;
+  s.up_bps = 100e3;
+  s.down_bps = 100e3;
+  s.up_buffer = 125'000;
+  s.down_buffer = 125'000;
+  s.p1 = 90 * kMilli;
+  s.p2 = 10 * kMilli;
+  return s;
+}
 inline Scenario lte_link() {
   Scenario s;
   s.up_bps = 10e6;

@@ -83,7 +83,6 @@ int main(int argc, char** argv) {
   if (pol == nullptr) return usage();
   const bool constant = cell == "2g" || cell == "3g" || cell == "lte";
   std::shared_ptr<const CapacityTrace> up, down;
-  Nanos span = 0;
   if (!constant) {
     const std::string dir = std::string(RSFC_SOURCE_DIR) + "/lab/traces/" + cell;
     auto u = std::make_shared<CapacityTrace>(CapacityTrace::load(dir + ".up"));
@@ -92,7 +91,6 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rsfc-simsuite: no trace %s.up/.down in lab/traces\n", cell.c_str());
       return 1;
     }
-    span = std::min(u->period, d->period) - 42 * kSecond;
     up = u;
     down = d;
   }
@@ -100,38 +98,18 @@ int main(int argc, char** argv) {
   for (int i = 0; i < runs; ++i) {
     Nanos start = 0;
     if (!constant) {
-      start = start_s >= 0 ? (start_s + i) * kSecond
-                           : 7 * kSecond + span / runs * i / kSecond * kSecond;
+      start = start_s >= 0 ? (start_s + i) * kSecond : suite_trace_offset(*up, *down, i, runs);
     }
     auto scenario = [&](int uploads, int downloads, bool regulated) {
-      Scenario s;
+      Scenario s = cell == "2g"    ? two_g_link()
+                   : cell == "3g"  ? three_g_link()
+                   : cell == "lte" ? lte_link()
+                                   : suite_trace_cell(up, down, start);
       s.duration = 38 * kSecond;
       s.warmup = 8 * kSecond;
       s.uploads = uploads;
       s.downloads = downloads;
       s.seed = static_cast<uint32_t>(i);
-      if (cell == "2g") {
-        s.up_bps = 100e3;
-        s.down_bps = 100e3;
-        s.up_buffer = 125'000;
-        s.down_buffer = 125'000;
-        s.p1 = 90 * kMilli;
-        s.p2 = 10 * kMilli;
-      } else if (cell == "3g" || cell == "lte") {
-        const Scenario t = cell == "3g" ? three_g_link() : lte_link();
-        s.up_bps = t.up_bps;
-        s.down_bps = t.down_bps;
-        s.up_buffer = t.up_buffer;
-        s.down_buffer = t.down_buffer;
-        s.p1 = t.p1;
-        s.p2 = t.p2;
-      } else {
-        s.up_buffer = 1'000'000;
-        s.down_buffer = 512'000;
-        s.p1 = 20 * kMilli;
-        s.p2 = 5 * kMilli;
-        s.shape_links = trace_links(up, down, start);
-      }
       if (threshold_packets >= 0) s.dlq.threshold_packets = threshold_packets;
       if (floor_swing >= 0) s.dlq.floor_swing = floor_swing;
       if (regulated) {

@@ -135,4 +135,27 @@ inline std::function<void(Link&, Link&)> trace_links(std::shared_ptr<const Capac
   };
 }
 
+// The lab suite's trace cells: both directions traced from `start`, 1 MB up / 512 KB down
+// drop-tail, 50 ms base round trip, 38 s with 8 s of warm-up (as lab/exps/suite.py plays
+// them).
+inline Scenario suite_trace_cell(std::shared_ptr<const CapacityTrace> up,
+                                 std::shared_ptr<const CapacityTrace> down, Nanos start) {
+  Scenario s;
+  s.up_buffer = 1'000'000;
+  s.down_buffer = 512'000;
+  s.p1 = 20 * kMilli;
+  s.p2 = 5 * kMilli;
+  s.duration = 38 * kSecond;
+  s.warmup = 8 * kSecond;
+  s.shape_links = trace_links(std::move(up), std::move(down), start);
+  return s;
+}
+
+// The start of offset i of n spread over a trace pair (from 7 s on, whole seconds, leaving
+// the 38 s window and a margin inside the shorter period).
+inline Nanos suite_trace_offset(const CapacityTrace& up, const CapacityTrace& down, int i, int n) {
+  const Nanos span = std::min(up.period, down.period) - 42 * kSecond;
+  return 7 * kSecond + span / n * i / kSecond * kSecond;
+}
+
 }  // namespace rsfc::sim
