@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", help="output file (default lab/out/<scenario>-<time>.json)")
     ap.add_argument("--workdir", default="/tmp/rsfc-lab4", help="logs, configs, decision logs")
     ap.add_argument("--no-plots", action="store_true", help="skip lab/plots.py")
+    ap.add_argument("--capture", action="store_true",
+                    help="keep each test's gateway traffic (phone side, tcpdump -s 128) as "
+                         "capture.pcap in its workdir, for build/rsfc-replay")
     ap.add_argument("--show", metavar="JSON", help="print the table of a saved run (suite: "
                     "also its results.jsonl, while it runs or after it stopped; with --json "
                     "the summary of that results.jsonl is written there and plotted)")
@@ -118,6 +121,8 @@ def main(argv=None) -> int:
         return _show(ap, a)
     if not a.scenario:
         ap.error("a scenario is needed (or --show)")
+    if a.capture:
+        os.environ["RSFC_LAB_CAPTURE"] = "1"  # every Bench of this run (exps/bench.py)
     a.statics = [int(x) for x in a.statics.split(",")] if a.statics else None
     a.extra_policies = [p.strip() for p in (a.extra_policies or "").split(",") if p.strip()]
     checked = list(a.extra_policies)

@@ -94,7 +94,7 @@ class Bench:
     def __init__(self, label: str, link: LinkSpec, policy: str, engine: str = "tbf",
                  phones: int = 1, phone_timestamps: bool = True, cc_phone: str = "cubic",
                  daemon_at_start: bool = True, extra_delay_ms: float = 0.0,
-                 workdir: Path | None = None, log=print):
+                 workdir: Path | None = None, log=print, capture: bool | None = None):
         global _SEQ
         _SEQ += 1
         self.name = f"l4x{os.getpid() % 100000}t{_SEQ}"
@@ -123,6 +123,11 @@ class Bench:
         self.t0 = 0.0
         self.linkem_start = (0.0, 0.0)
         self.decision_log = self.workdir / "decisions.jsonl"
+        # The gateway's traffic on its phone side, headers only (tcpdump -s 128), for
+        # rsfc-replay: RSFC_LAB_CAPTURE=1 (experiments.py --capture) or capture=True.
+        self.capture = (os.environ.get("RSFC_LAB_CAPTURE") == "1") if capture is None else capture
+        self.capture_path = self.workdir / "capture.pcap"
+        self.capture_proc: subprocess.Popen | None = None
 
     # ---- set-up / tear-down ---------------------------------------------------------------
     def __enter__(self):
@@ -161,6 +166,8 @@ class Bench:
                                       str(self.link.down.buffer_bytes or 100_000_000))
         if self.extra_delay_ms:
             self._start_extra_delay()
+        if self.capture:
+            self._start_capture()
         cfg = policy_config(self.policy)
         if cfg is not None:
             self.topo.nfqueue_rules([0])
@@ -192,7 +199,40 @@ class Bench:
         if line != "ready":
             raise RuntimeError(f"extra delay element did not start ({line!r})")
 
+    def _start_capture(self) -> None:
+        """tcpdump on the gateway's phone-side interface into capture.pcap (TCP, 128 bytes of
+        each packet: every header with its options); waits until it writes."""
+        if self.capture_path.exists():
+            self.capture_path.unlink()
+        iface = self.topo.iface("gw", "bs")
+        self.capture_proc = self.topo.popen(
+            "gw", ["tcpdump", "-i", iface, "-s", "128", "-U", "-Z", "root", "-w",
+                   str(self.capture_path), "tcp"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            text=True)
+        deadline = time.monotonic() + 10
+        while not (self.capture_path.exists() and self.capture_path.stat().st_size >= 24):
+            if self.capture_proc.poll() is not None:
+                raise RuntimeError(f"tcpdump on {iface} did not start: "
+                                   f"{self.capture_proc.stderr.read().strip()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"tcpdump on {iface} wrote nothing in 10 s")
+            time.sleep(0.05)
+
+    def _stop_capture(self) -> None:
+        p, self.capture_proc = self.capture_proc, None
+        if p is None or p.poll() is not None:
+            return
+        p.send_signal(signal.SIGINT)  # flushes and closes the file
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            self.errors.append("tcpdump did not stop on SIGINT: capture.pcap may be cut")
+
     def teardown(self) -> None:
+        self._stop_capture()
         if self.topo is not None:
             if self.shaping is not None:
                 self.shaping.stop()
@@ -311,6 +351,9 @@ class Bench:
                "flows": {}, "web": None, "ping": {}, "decisions": [], "errors": self.errors}
         res["linkem"] = self.shaping.linkem_stats() if self.shaping else []
         res["tc"] = self.shaping.tc_stats() if self.shaping else {}
+        if self.capture:
+            self._stop_capture()
+            res["capture"] = str(self.capture_path)
         self._stop_daemon(res)
         server = self._stop_server()
         self._assemble_flows(res, outs, server)
