@@ -34,6 +34,7 @@ import ctypes
 import json
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
@@ -412,6 +413,63 @@ def deep_merge(base: dict, over: dict) -> dict:
         else:
             out[k] = v
     return out
+
+
+# ---- packet capture -------------------------------------------------------------------
+class Capture:
+    """tcpdump on one interface of a role's namespace into a pcap file, for rsfc-replay or
+    a test: `snaplen` bytes of each packet (128 keeps every TCP header with its options; 0 =
+    whole), the first `count` packets (None = until stop()), `args` before the filter
+    `expr` (e.g. ["tcp"]). start() returns once tcpdump listens (raises if it exited);
+    stop() sends SIGINT, which flushes and closes the file, waits `stop_timeout` s and says
+    whether it stopped (else it is killed)."""
+
+    def __init__(self, topo: "Topology", role: str, dev: str, path: Path, snaplen: int = 128,
+                 count: int | None = None, args: tuple[str, ...] = (),
+                 expr: tuple[str, ...] = (), stop_timeout: float = 10):
+        self.topo, self.role, self.dev, self.path = topo, role, dev, Path(path)
+        self.stop_timeout = stop_timeout
+        self.cmd = ["tcpdump", "-i", dev, "-s", str(snaplen), "-U", "-w", str(self.path),
+                    *(["-c", str(count)] if count is not None else []), *args, *expr]
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 10) -> "Capture":
+        self.proc = self.topo.popen(self.role, self.cmd, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        err = b""
+        deadline = time.monotonic() + timeout
+        while b"listening on" not in err:  # tcpdump says so once its socket is open
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"tcpdump on {self.dev} not listening after {timeout:g} s")
+            ready, _, _ = select.select([self.proc.stderr], [], [], left)
+            chunk = os.read(self.proc.stderr.fileno(), 4096) if ready else b""
+            if ready and not chunk:
+                self.proc.wait()
+                raise RuntimeError(f"tcpdump on {self.dev} did not start: "
+                                   f"{err.decode(errors='replace').strip()}")
+            err += chunk
+        return self
+
+    def stop(self) -> bool:
+        p, self.proc = self.proc, None
+        if p is None or p.poll() is not None:
+            return True
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(timeout=self.stop_timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            return False
+
+    def __enter__(self) -> "Capture":
+        return self.start()
+
+    def __exit__(self, *exc) -> bool:
+        self.stop()
+        return False
 
 
 # ---- Prometheus text parsing ----------------------------------------------------------

@@ -127,7 +127,7 @@ class Bench:
         # rsfc-replay: RSFC_LAB_CAPTURE=1 (experiments.py --capture) or capture=True.
         self.capture = (os.environ.get("RSFC_LAB_CAPTURE") == "1") if capture is None else capture
         self.capture_path = self.workdir / "capture.pcap"
-        self.capture_proc: subprocess.Popen | None = None
+        self.capture_proc: topo_mod.Capture | None = None
 
     # ---- set-up / tear-down ---------------------------------------------------------------
     def __enter__(self):
@@ -200,35 +200,14 @@ class Bench:
             raise RuntimeError(f"extra delay element did not start ({line!r})")
 
     def _start_capture(self) -> None:
-        """tcpdump on the gateway's phone-side interface into capture.pcap (TCP, 128 bytes of
-        each packet: every header with its options); waits until it writes."""
-        if self.capture_path.exists():
-            self.capture_path.unlink()
-        iface = self.topo.iface("gw", "bs")
-        self.capture_proc = self.topo.popen(
-            "gw", ["tcpdump", "-i", iface, "-s", "128", "-U", "-Z", "root", "-w",
-                   str(self.capture_path), "tcp"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-            text=True)
-        deadline = time.monotonic() + 10
-        while not (self.capture_path.exists() and self.capture_path.stat().st_size >= 24):
-            if self.capture_proc.poll() is not None:
-                raise RuntimeError(f"tcpdump on {iface} did not start: "
-                                   f"{self.capture_proc.stderr.read().strip()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"tcpdump on {iface} wrote nothing in 10 s")
-            time.sleep(0.05)
+        """The gateway's phone-side interface, TCP only, into capture.pcap."""
+        self.capture_proc = topo_mod.Capture(self.topo, "gw", self.topo.iface("gw", "bs"),
+                                             self.capture_path, args=("-Z", "root"),
+                                             expr=("tcp",)).start()
 
     def _stop_capture(self) -> None:
-        p, self.capture_proc = self.capture_proc, None
-        if p is None or p.poll() is not None:
-            return
-        p.send_signal(signal.SIGINT)  # flushes and closes the file
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        c, self.capture_proc = self.capture_proc, None
+        if c is not None and not c.stop():
             self.errors.append("tcpdump did not stop on SIGINT: capture.pcap may be cut")
 
     def teardown(self) -> None:

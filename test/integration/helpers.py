@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 import re
-import signal
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import topo as topo_mod
 
 
 def static_cfg(uplink: int | None = None, downlink: int | None = None, **extra) -> dict:
@@ -138,33 +139,10 @@ def iperf3_client(topo, dst: str, port: int, seconds: float, reverse: bool = Fal
     return res
 
 
-class Tcpdump:
+class Tcpdump(topo_mod.Capture):
     """A bounded capture (first `count` packets, headers only) in one namespace."""
 
     def __init__(self, topo, role: str, dev: str, path: Path, count: int = 4000,
                  snaplen: int = 128):
-        self.topo, self.path = topo, path
-        self.cmd = ["tcpdump", "-i", dev, "-s", str(snaplen), "-c", str(count), "-U", "-w",
-                    str(path), "-n"]
-        self.role = role
-        self.proc = None
-
-    def __enter__(self):
-        self.proc = self.topo.popen(self.role, self.cmd, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE)
-        # tcpdump says "listening on" once the socket is open.
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line or b"listening on" in line:
-                break
-        return self
-
-    def __exit__(self, *exc):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        return False
+        super().__init__(topo, role, dev, path, snaplen=snaplen, count=count, args=("-n",),
+                         stop_timeout=3)
