@@ -381,7 +381,8 @@ class Bench:
                 res["daemon_metrics_labeled"] = {
                     k: [[dict(ls), v] for ls, v in m[k].items()]
                     for k in ("rsfcd_windows_rewritten_total", "rsfcd_flows_unregulated_total",
-                              "rsfcd_packets_total") if k in m}
+                              "rsfcd_packets_total", "rsfcd_rsfc_flows", "rsfcd_downlink_flows")
+                    if k in m}
             except Exception as e:  # noqa: BLE001 (diagnostics only)
                 self.errors.append(f"metrics: {e}")
         self.daemon.stop()
