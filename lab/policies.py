@@ -15,7 +15,8 @@ knob is off unless the policy says otherwise). Used by lab/scenarios.py and lab/
     rsfc+rsfc                 rsfc on both knobs (the downlink one: the downlink queue
                               regulator, on the same rsfc.* keys)
     off+rsfc                  rsfc on the downlink knob alone (the uplink knob off)
-    rsfc+rsfc[...], off+rsfc[...]  with rsfc.* overrides (both knobs read them)
+    rsfc+rsfc[...], off+rsfc[...]  with rsfc.* overrides (both knobs read them); keys
+                              "pacing.KEY" set the downlink pacer's (pacing.enabled=true)
     shipped                   the regulation keys of conf/rsfcd.yaml as it is in the tree
                               (both knobs, min_window_bytes, rsfc, drwa, ...; not the keys of
                               the machine it runs on: queues, subscriber_networks, flows,
@@ -102,8 +103,11 @@ def policy_config(policy: str) -> dict | None:
         form = up + "+rsfc"
         if policy == form or (policy.startswith(form + "[") and policy.endswith("]")):
             rsfc = parse_overrides(policy[len(form) + 1:-1]) if policy.endswith("]") else {}
+            pacing = rsfc.pop("pacing", {})  # "pacing.KEY": the top-level pacing block
+            if not isinstance(pacing, dict):
+                raise ValueError(f"policy {policy!r}: pacing overrides are pacing.KEY=value")
             return {"uplink": {"policy": up}, "downlink": {"policy": "rsfc"}} | (
-                {"rsfc": rsfc} if rsfc else {})
+                {"rsfc": rsfc} if rsfc else {}) | ({"pacing": pacing} if pacing else {})
     if policy in ("off", "observe", "rsfc"):
         return {"uplink": {"policy": policy}, "downlink": down}
     if policy == "rsfc+drwa":  # both knobs: RSFC on the uplink, DRWA on the downlink

@@ -37,6 +37,7 @@ struct UplinkSlot {
 // new kind in it.
 struct DownlinkSlot {
   std::variant<std::monostate, DownlinkRegulator, DownlinkQueueRegulator> down;
+  DownlinkPacer pacer;  // with pacing.enabled, under the queue regulator
   DownlinkState counted_down_state = DownlinkState::kStartup;
   bool in_down_gauge = false;       // counted in downlink_flows_in_state[counted_down_state]
   bool counted_down_no_ts = false;  // counted in downlink_flows_no_timestamps
@@ -358,6 +359,7 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   if (idx != kNoFlow && track_lifecycle(idx, v, now, r)) {
     feed_regulators(idx, v, r.direction, now);
     apply_knob(pkt, v, idx, now, meta, r);
+    if (params_.pacing.enabled && r.direction == Direction::kToSubscriber) pace(idx, v, now, r);
   }
   count(counters_, r.direction, r.outcome);
   return r;
@@ -713,6 +715,9 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
     if (fresh) replay_handshake(f, *q, down_params_);
     if (from_phone) {
       q->on_uplink_segment(now, seg, down_params_);
+      if (params_.pacing.enabled) {
+        ds.pacer.on_phone_ack(now, seg, q->tick_ms() * 1e6, params_.pacing);
+      }
     } else {
       q->on_downlink_segment(now, seg, down_params_);
     }
@@ -728,6 +733,34 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
     d->on_uplink_segment(now, seg, params_.drwa);
   } else {
     d->on_downlink_segment(now, seg, params_.drwa);
+  }
+}
+
+// --- Pace the downlink -------------------------------------------------------------------
+
+// A segment to the phone of a flow the downlink queue regulator steers: its release time from
+// the flow's pacer (pacer.h). Data is paced once the regulator is past its startup (in slow
+// start the pacer would cap the sender's doubling at gain per sample) and knows the phone's
+// clock; a FIN or RST keeps its place behind held data; a pure ACK (the flow's upload, if any)
+// leaves at once. A segment whose bytes were rewritten leaves at once (the shell would have to
+// keep its bytes).
+[[gnu::always_inline]] inline void Engine::pace(uint32_t idx, const PacketView& v, Nanos now,
+                                                PacketResult& r) {
+  const Flow& f = flows_->at(idx);
+  if (f.down_slot == kNoSlot || r.modified) return;
+  DownlinkSlot& ds = regs_->down.at(f.down_slot);
+  const auto* q = std::get_if<DownlinkQueueRegulator>(&ds.down);
+  if (q == nullptr) return;
+  const DownlinkState st = q->state();
+  const bool steering =
+      st == DownlinkState::kSlow || st == DownlinkState::kFast || st == DownlinkState::kDrain;
+  const bool data = v.payload_len > 0;
+  const bool keep_order = data || v.fin() || v.rst();
+  const Nanos at = ds.pacer.release_at(now, v.ip_total_len, steering && data && q->tick_ms() > 0,
+                                       keep_order, params_.pacing);
+  if (at > now) {
+    r.release_at = at;
+    counters_.downlink_packets_paced.add();
   }
 }
 

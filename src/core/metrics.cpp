@@ -222,6 +222,10 @@ constexpr QueueFamily<CoreCounters> kDownlinkFamilies[] = {
      "Flows the downlink queue regulator leaves unclamped because they carry no TCP "
      "timestamps.",
      &CoreCounters::downlink_flows_no_timestamps},
+    {"rsfcd_downlink_packets_paced_total", "counter",
+     "Packets to subscribers whose verdict waited for the downlink pacer (pacing.enabled): "
+     "the download's data, released no faster than pacing.gain x the phone's receive rate.",
+     &CoreCounters::downlink_packets_paced},
 };
 
 // The I/O shell's counters per queue.
@@ -253,6 +257,17 @@ constexpr QueueFamily<QueueCounters> kQueueFamilies[] = {
     {"rsfcd_kernel_queue_waiting", "gauge",
      "Kernel: packets waiting for a verdict now (nfnetlink_queue queue_total).",
      &QueueCounters::kernel_queue_total},
+    {"rsfcd_pacing_packets_held", "gauge",
+     "Downlink pacing: packets whose verdict the worker holds now (they wait in the kernel's "
+     "queue).",
+     &QueueCounters::packets_held},
+    {"rsfcd_pacing_packets_held_total", "counter",
+     "Downlink pacing: packets whose verdict waited for their release time.",
+     &QueueCounters::packets_held_total},
+    {"rsfcd_pacing_hold_overflow_total", "counter",
+     "Downlink pacing: packets the pacer would have held while the worker held its maximum "
+     "(queue.maxlen, at most 65536): they left at once, unpaced.",
+     &QueueCounters::held_overflow},
 };
 
 // One sample per queue whose `source` counters exist (the core or the shell of a queue that

@@ -25,6 +25,7 @@
 #include "rsfc/io/conntrack.h"
 #include "rsfc/io/decision_log.h"
 #include "rsfc/io/event_loop.h"
+#include "rsfc/io/held_verdicts.h"
 #include "rsfc/io/http_metrics.h"
 #include "rsfc/io/io_metrics.h"
 #include "rsfc/io/log.h"
@@ -89,6 +90,8 @@ class VerdictGuard {
     done_ = true;
     (void)q_.add_verdict(id_, kNfAccept, payload);
   }
+  // The verdict is given later (HeldVerdicts), by the owner of the hold.
+  void hold() { done_ = true; }
 
  private:
   NfQueue& q_;
@@ -101,7 +104,8 @@ class Worker {
   Worker(uint16_t queue, uint32_t flows_max, const Config& cfg)
       : queue_(queue),
         batch_(cfg.batch_size),
-        engine_(flows_max, cfg.params, random_seed(), regulated_per_worker(cfg)) {}
+        engine_(flows_max, cfg.params, random_seed(), regulated_per_worker(cfg)),
+        held_(std::min<size_t>(cfg.queue_maxlen, kHeldMax)) {}
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
   ~Worker() { join(); }
@@ -151,6 +155,9 @@ class Worker {
     auto wake = Event::user(base_, [this](short) { on_wake(); });
     if (!wake) return wake.error();
     wake_ev_ = std::move(wake).value();
+    auto release = Event::timer(base_, [this](short) { on_release(); });
+    if (!release) return release.error();
+    release_ev_ = std::move(release).value();
     open_conntrack(cfg);
     return {};
   }
@@ -189,6 +196,7 @@ class Worker {
   // Start-up failed elsewhere: give every packet queued so far its verdict, then close.
   void abandon() {
     if (!nfq_.is_open()) return;
+    stopping_ = true;  // nothing is held from here on
     (void)nfq_.drain_and_close([this](const NfqPacket& p) {
       fresh_batch_ = true;
       handle(p);
@@ -255,7 +263,20 @@ class Worker {
       }
       res = {};
     }
-    // A modified packet goes back with its bytes; a truncated copy never does.
+    // A modified packet goes back with its bytes; a truncated copy never does. A packet the
+    // downlink pacer holds (never a modified one) gets its verdict from on_release().
+    if (res.release_at > t0 && !res.modified && !stopping_) {
+      if (held_.hold(p.id, res.release_at)) {
+        guard.hold();
+        io_.packets_held_total.add();
+        io_.packets_held.set(held_.size());
+        if (release_armed_at_ == 0 || res.release_at < release_armed_at_) {
+          arm_release(res.release_at, t0);
+        }
+      } else {
+        io_.held_overflow.add();  // the store is full: it leaves now, unpaced
+      }
+    }
     if (res.modified && !p.truncated()) {
       guard.accept(p.data);
     } else {
@@ -281,6 +302,36 @@ class Worker {
                    static_cast<unsigned long long>(suppressed));
       }
     }
+  }
+
+  // Downlink pacing: the verdicts whose time has come (within kReleaseSlack, so that packets
+  // due a few microseconds apart leave in one batch), then the timer for the next.
+  void on_release() {
+    release_armed_at_ = 0;
+    const Nanos now = monotonic_now();
+    held_.release_due(now + kReleaseSlack, [this](uint32_t id) {
+      (void)nfq_.add_verdict(id, kNfAccept);
+    });
+    io_.packets_held.set(held_.size());
+    if (auto f = nfq_.flush(); !f) log_error(f.error().message.c_str());
+    if (!held_.empty()) arm_release(held_.next(), now);
+  }
+
+  void arm_release(Nanos at, Nanos now) {
+    release_armed_at_ = at;
+    if (!release_ev_.arm(std::chrono::nanoseconds(std::max<Nanos>(0, at - now)))) {
+      // libevent refused the timer: nothing may wait on it, so everything held leaves now.
+      release_armed_at_ = 0;
+      release_all();
+      log_error("the pacing timer could not be armed: held packets released");
+    }
+  }
+
+  // Every held packet's verdict, now (shutdown, a timer that cannot be armed).
+  void release_all() {
+    held_.release_due(INT64_MAX, [this](uint32_t id) { (void)nfq_.add_verdict(id, kNfAccept); });
+    io_.packets_held.set(0);
+    (void)nfq_.flush();
   }
 
   // Answers of conntrack: lookups and the start-up dump (established connections only).
@@ -339,6 +390,9 @@ class Worker {
     read_ev_.remove();
     tick_ev_.remove();
     ct_ev_.remove();
+    release_ev_.remove();
+    stopping_ = true;  // the drain below holds nothing
+    release_all();
     // maxlen 0: the kernel (fail-open) accepts new packets itself; we verdict the rest.
     auto d = nfq_.drain_and_close([this](const NfqPacket& p) {
       fresh_batch_ = true;  // batches are not visible here: read per packet
@@ -364,8 +418,14 @@ class Worker {
   ConntrackCounters ct_counters_;
   ConntrackClient ct_;
   uint64_t dump_adopted_ = 0;
+  // Held verdicts at most per worker (and at most queue.maxlen): 24 bytes each, reserved.
+  static constexpr size_t kHeldMax = size_t{1} << 16;
+  static constexpr Nanos kReleaseSlack = 50 * kMicro;
+  HeldVerdicts held_;
+  Nanos release_armed_at_ = 0;  // when release_ev_ fires; 0 = not armed
+  bool stopping_ = false;
   EventBase base_;
-  Event read_ev_, tick_ev_, wake_ev_, ct_ev_;
+  Event read_ev_, tick_ev_, wake_ev_, ct_ev_, release_ev_;
   RateLimit error_log_{kSecond};
   Nanos clock_ = 0;  // CLOCK_MONOTONIC at the start of the packet being handled
   bool fresh_batch_ = true;

@@ -870,6 +870,25 @@ const FieldTable<DrwaParams> kDrwaFields = {
      "ratchet up)."},
 };
 
+const FieldTable<PacingParams> kPacingFields = {
+    {"enabled", bool_field(&PacingParams::enabled),
+     "true: the gateway holds a download's data and releases it no faster than gain x the rate "
+     "at which the phone has been receiving it (timed on the phone's TCP timestamps), so that "
+     "the server's bursts wait here and not in the base station's downlink buffer, where the "
+     "phone's other traffic (its uploads' ACKs, a page it loads) would queue behind them. Needs "
+     "downlink.policy rsfc; paces only flows its regulator steers (timestamps, past their "
+     "startup). A held packet waits in the kernel's queue: count it in queue.maxlen."},
+    {"gain", real_field(&PacingParams::gain, {1, 4, true, false}),
+     "Release rate = this x the phone's receive rate (the windowed maximum of its samples). "
+     "Above 1, so that a link that speeds up is followed (by this factor per sample)."},
+    {"max_hold_ms", duration_field(&PacingParams::max_hold, kMilli, {1, 1'000}),
+     "No packet is held longer than this."},
+    {"sample_ms", duration_field(&PacingParams::sample, kMilli, {1, 1'000}),
+     "A receive-rate sample spans at least this much of the phone's clock."},
+    {"horizon_s", duration_field(&PacingParams::horizon, kSecond, {0.1, 60}),
+     "The receive rate is the maximum of the samples over this."},
+};
+
 const FieldTable<DirectionParams> kDirectionFields = {
     {"policy", name_field(&DirectionParams::policy, kPolicyNames),
      "What the knob does:\n"
@@ -1011,6 +1030,10 @@ const FieldTable<Config> kTopFields = {
      "DRWA, used when downlink.policy is drwa. Once per RTT:\n"
      "  cwnd_est <- alpha x cwnd_est + (1 - alpha) x bytes received in the last RTT\n"
      "  rwnd     <- lambda x (RTT_min / RTT_est) x cwnd_est"},
+    {"pacing",
+     section_field(
+         kPacingFields, [](auto& c) -> auto& { return c.params.pacing; }),
+     "Downlink pacing (docs/DESIGN.md §4c), for downloads the downlink knob's rsfc steers."},
 };
 
 bool has_field(const FieldTable<RsfcParams>& table, std::string_view name) {
@@ -1128,6 +1151,16 @@ void check_config(const Reader& r, const Config& c) {
       r.fail(line, "subscriber_networks",
              "must list at least one prefix when " + policy_key + " is not off (got none)");
     }
+  }
+
+  // Set in the file with another downlink policy: a contradiction (by default it only does
+  // nothing there).
+  if (c.params.pacing.enabled && c.params.downlink.policy != Policy::kRsfc &&
+      r.line_of("pacing.enabled")) {
+    r.fail(r.line_of("pacing.enabled").value_or(0), "pacing.enabled",
+           "needs downlink.policy rsfc: the pacer runs on its regulator's clock and state (got "
+           "downlink.policy " +
+               std::string(to_string(c.params.downlink.policy)) + ")");
   }
 
   const RsfcParams& rs = c.params.rsfc;

@@ -3,6 +3,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <mutex>
 #include <utility>
@@ -18,7 +19,13 @@ Expected<void> enable_event_threads() {
 }
 
 Expected<EventBase> EventBase::create() {
-  event_base* b = event_base_new();
+  // Precise timers (epoll with a timerfd): the downlink pacer's releases are due a
+  // millisecond or less apart; the default rounds timeouts to whole milliseconds.
+  event_config* cfg = event_config_new();
+  if (cfg == nullptr) return Error::msg("libevent: event_config_new failed");
+  event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+  event_base* b = event_base_new_with_config(cfg);
+  event_config_free(cfg);
   if (b == nullptr) return Error::msg("libevent: event_base_new failed");
   return EventBase(b);
 }
@@ -91,6 +98,24 @@ Expected<Event> Event::user(EventBase& base, Callback cb) {
   s->ev = event_new(base.get(), -1, 0, &State::trampoline, s.get());
   if (s->ev == nullptr) return Error::msg("libevent: event_new failed");
   return Event(std::move(s));
+}
+
+Expected<Event> Event::timer(EventBase& base, Callback cb) {
+  auto s = std::make_unique<State>();
+  s->cb = std::move(cb);
+  s->ev = event_new(base.get(), -1, 0, &State::trampoline, s.get());
+  if (s->ev == nullptr) return Error::msg("libevent: event_new failed");
+  return Event(std::move(s));
+}
+
+bool Event::arm(std::chrono::nanoseconds delay) {
+  if (!state_ || state_->ev == nullptr) return false;
+  const auto us = std::max<int64_t>(
+      0, std::chrono::duration_cast<std::chrono::microseconds>(delay).count());
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(us / 1'000'000);
+  tv.tv_usec = static_cast<suseconds_t>(us % 1'000'000);
+  return event_add(state_->ev, &tv) == 0;
 }
 
 void Event::activate() {

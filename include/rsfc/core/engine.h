@@ -27,9 +27,12 @@ struct PacketMeta {
 struct PacketResult {
   Outcome outcome = Outcome::kPassed;
   bool modified = false;  // bytes changed in place: return them with the verdict
+  // Downlink pacing (EngineParams::pacing): when > the `now` given to process(), hold the
+  // packet's verdict until this time (never more than pacing.max_hold later). 0 = at once.
+  Nanos release_at = 0;
 
   // What the engine made of the packet, for tools that account for it (rsfc-replay); the
-  // daemon needs only the two fields above.
+  // daemon needs only the three fields above.
   // Which way the packet travels (unless outcome is kUnparsed or kNotSubscriber).
   Direction direction = Direction::kToSubscriber;
   // The packet started the flow now in `flow`: its first packet, or a SYN that restarted it
@@ -117,6 +120,7 @@ class Engine {
   inline void feed_downlink(uint32_t idx, const TcpSegment& seg, bool from_phone, Nanos now);
   inline void apply_knob(std::span<uint8_t> pkt, PacketView& v, uint32_t idx, Nanos now,
                          PacketMeta meta, PacketResult& r);
+  inline void pace(uint32_t idx, const PacketView& v, Nanos now, PacketResult& r);
   UplinkSlot* uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_phone);
   uint32_t add_flow(const FlowKey& key, uint32_t h, const PacketView& v, Direction dir, Nanos now);
   bool room_for(uint32_t sub);

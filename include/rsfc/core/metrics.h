@@ -113,6 +113,7 @@ struct CoreCounters {
   std::array<Counter, 5> downlink_flows_in_state{};  // gauge, indexed by DownlinkState
   Counter downlink_windows_applied;
   Counter downlink_flows_no_timestamps;  // flows it leaves alone: no TCP timestamps
+  Counter downlink_packets_paced;        // packets to phones given a later release (pacing)
 };
 
 // Counters the I/O shell keeps per queue.
@@ -129,6 +130,11 @@ struct QueueCounters {
   Counter kernel_queue_user_dropped;  // idem
   Counter kernel_queue_total;         // idem: packets waiting now
   LatencyHistogram processing_time;   // per packet, parse..verdict built
+  // Downlink pacing: packets whose verdict is held now (gauge), held so far, and packets the
+  // pacer would have held when the worker's store was full (they left at once).
+  Counter packets_held;
+  Counter packets_held_total;
+  Counter held_overflow;
 };
 
 // One queue's counters for rendering (read concurrently with the worker: relaxed loads).

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "rsfc/core/pacer.h"
 #include "rsfc/core/types.h"
 
 namespace rsfc {
@@ -90,6 +91,9 @@ struct EngineParams {
   bool adopt_from_conntrack = true;
   RsfcParams rsfc;
   DrwaParams drwa;
+  // Downlink pacing (pacer.h), for flows the downlink queue regulator (downlink.policy rsfc)
+  // steers, once it is past its startup.
+  PacingParams pacing;
 };
 
 }  // namespace rsfc

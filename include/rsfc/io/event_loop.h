@@ -50,6 +50,8 @@ class Event {
   static Expected<Event> periodic(EventBase& base, std::chrono::nanoseconds period, Callback cb);
   // A user event with no fd, fired by activate() (from any thread).
   static Expected<Event> user(EventBase& base, Callback cb);
+  // A one-shot timer, not armed: arm() sets (or moves) when it fires.
+  static Expected<Event> timer(EventBase& base, Callback cb);
 
   Event();
   Event(Event&&) noexcept;
@@ -61,6 +63,9 @@ class Event {
   // Makes the event run its callback soon, on its base's thread. Thread-safe (see above).
   void activate();
   void remove();  // event_del
+  // Fires the event once, `delay` from now (a pending firing is replaced). False if libevent
+  // refused. On its base's thread.
+  bool arm(std::chrono::nanoseconds delay);
   bool valid() const { return state_ != nullptr; }
 
  private:

@@ -1,0 +1,61 @@
+// Downlink pacing (docs/DESIGN.md §4c): the gateway releases a download's data no faster than
+// a little above the rate at which the phone has been receiving it, so that the server's
+// bursts wait at the gateway instead of in the base station's downlink buffer. The phone's
+// other traffic (its uploads' ACKs, a page it loads) then no longer queues behind them, and
+// the two directions' queues stop feeding each other through the ACK clock
+// (lab/EXPERIMENTS.md Q16, Q22).
+//
+// The rate is the phone's own: bytes it acknowledged per span of its TCP timestamp clock (an
+// ACK's TSval says when the phone received what it acknowledges), so an ACK's wait in the
+// uplink buffer does not inflate it. Windowed maximum over `horizon`; the release rate is
+// `gain` times that. Pure core: time in, release time out; the I/O shell holds the packet's
+// verdict until then.
+#pragma once
+
+#include <cstdint>
+
+#include "rsfc/core/estimators.h"
+#include "rsfc/core/types.h"
+
+namespace rsfc {
+
+struct PacingParams {
+  bool enabled = false;
+  double gain = 1.05;              // release rate = gain x the phone's receive rate
+  Nanos max_hold = 200 * kMilli;   // no packet is held longer than this
+  Nanos sample = 50 * kMilli;      // a rate sample spans at least this much of the phone's clock
+  Nanos horizon = 3 * kSecond;     // windowed maximum of the samples over this
+  uint32_t min_samples = 4;        // no pacing before this many samples
+};
+
+class DownlinkPacer {
+ public:
+  // An ACK from the phone: `ns_per_tick` is its timestamp clock's tick (0 = unknown: no
+  // sample). ACKs without timestamps, reordered ones (TSval or ACK backwards) add nothing.
+  void on_phone_ack(Nanos now, const TcpSegment& seg, double ns_per_tick, const PacingParams& p);
+
+  // When a segment of `wire_bytes` (its IP length) arriving `now` may leave: `now` when
+  // pacing is off for it, else no earlier than the last release plus its spacing, never later
+  // than now + max_hold. `pace`: the segment is paced (data of a flow past its regulator's
+  // startup); otherwise it only keeps its place behind held ones when `keep_order` (payload,
+  // FIN or RST: a pure ACK may overtake).
+  Nanos release_at(Nanos now, uint32_t wire_bytes, bool pace, bool keep_order,
+                   const PacingParams& p);
+
+  // The phone's receive rate (windowed maximum), bytes/s; 0 = none yet.
+  double rate(Nanos now, const PacingParams& p) const;
+  uint32_t samples() const { return samples_; }
+
+ private:
+  WindowedMax<6> max_rate_;  // bytes/s
+  uint64_t sample_bytes_ = 0;
+  uint32_t last_ack_ = 0;
+  uint32_t sample_ts_ = 0;  // TSval at the sample's start
+  uint32_t samples_ = 0;    // saturating
+  bool have_ack_ = false;
+  bool sampling_ = false;
+  Nanos next_release_ = 0;  // the schedule: the next paced segment leaves no earlier
+  Nanos last_release_ = 0;  // latest release time given so far
+};
+
+}  // namespace rsfc

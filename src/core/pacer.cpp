@@ -1,0 +1,67 @@
+#include "rsfc/core/pacer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace rsfc {
+
+void DownlinkPacer::on_phone_ack(Nanos now, const TcpSegment& seg, double ns_per_tick,
+                                 const PacingParams& p) {
+  if (!seg.ack_flag() || seg.syn() || seg.rst()) return;
+  uint32_t acked = 0;
+  if (!have_ack_) {
+    have_ack_ = true;
+    last_ack_ = seg.ack;
+  } else if (seq_gt(seg.ack, last_ack_)) {
+    acked = seg.ack - last_ack_;
+    last_ack_ = seg.ack;
+  } else {
+    return;  // a duplicate or reordered ACK: nothing new received
+  }
+  if (!seg.has_ts || ns_per_tick <= 0) {
+    sampling_ = false;  // no clock to time it on: start over when there is one
+    return;
+  }
+  if (!sampling_) {
+    sampling_ = true;
+    sample_ts_ = seg.tsval;
+    sample_bytes_ = 0;
+    return;  // the bytes of this ACK were received before the span starts
+  }
+  const auto ticks = static_cast<int32_t>(seg.tsval - sample_ts_);  // wraps like TSval
+  if (ticks < 0) return;  // reordered: its TSval is older than the span's start
+  sample_bytes_ += acked;
+  const double span_ns = static_cast<double>(ticks) * ns_per_tick;
+  if (span_ns < static_cast<double>(p.sample)) return;
+  const double rate = static_cast<double>(sample_bytes_) * 1e9 / span_ns;
+  const double cap = static_cast<double>(std::numeric_limits<int64_t>::max() / 2);
+  max_rate_.update(now, static_cast<int64_t>(std::min(rate, cap)), p.horizon);
+  if (samples_ < UINT32_MAX) ++samples_;
+  sample_ts_ = seg.tsval;
+  sample_bytes_ = 0;
+}
+
+double DownlinkPacer::rate(Nanos now, const PacingParams& p) const {
+  const auto m = max_rate_.get(now, p.horizon);
+  return m ? static_cast<double>(m->value) : 0.0;
+}
+
+Nanos DownlinkPacer::release_at(Nanos now, uint32_t wire_bytes, bool pace, bool keep_order,
+                                const PacingParams& p) {
+  const double r = pace && samples_ >= p.min_samples ? rate(now, p) * p.gain : 0.0;
+  if (r > 0) {
+    const Nanos at = std::min(std::max(now, next_release_), now + p.max_hold);
+    const double spacing = static_cast<double>(wire_bytes) * 1e9 / r;
+    next_release_ = at + static_cast<Nanos>(std::min(spacing, static_cast<double>(p.max_hold)));
+    last_release_ = std::max(last_release_, at);
+    return at;
+  }
+  // Not paced: it leaves now, or right after the held ones it must not overtake.
+  const Nanos at = keep_order ? std::max(now, last_release_) : now;
+  last_release_ = std::max(last_release_, at);
+  next_release_ = std::max(next_release_, at);
+  return at;
+}
+
+}  // namespace rsfc
