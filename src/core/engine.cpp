@@ -756,7 +756,7 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
       st == DownlinkState::kSlow || st == DownlinkState::kFast || st == DownlinkState::kDrain;
   const bool data = v.payload_len > 0;
   const bool keep_order = data || v.fin() || v.rst();
-  const Nanos at = ds.pacer.release_at(now, v.ip_total_len, steering && data && q->tick_ms() > 0,
+  const Nanos at = ds.pacer.release_at(now, v.payload_len, steering && data && q->tick_ms() > 0,
                                        keep_order, params_.pacing);
   if (at > now) {
     r.release_at = at;

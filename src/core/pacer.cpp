@@ -47,12 +47,12 @@ double DownlinkPacer::rate(Nanos now, const PacingParams& p) const {
   return m ? static_cast<double>(m->value) : 0.0;
 }
 
-Nanos DownlinkPacer::release_at(Nanos now, uint32_t wire_bytes, bool pace, bool keep_order,
+Nanos DownlinkPacer::release_at(Nanos now, uint32_t payload_bytes, bool pace, bool keep_order,
                                 const PacingParams& p) {
   const double r = pace && samples_ >= p.min_samples ? rate(now, p) * p.gain : 0.0;
   if (r > 0) {
     const Nanos at = std::min(std::max(now, next_release_), now + p.max_hold);
-    const double spacing = static_cast<double>(wire_bytes) * 1e9 / r;
+    const double spacing = static_cast<double>(payload_bytes) * 1e9 / r;
     next_release_ = at + static_cast<Nanos>(std::min(spacing, static_cast<double>(p.max_hold)));
     last_release_ = std::max(last_release_, at);
     return at;

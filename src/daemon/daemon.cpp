@@ -265,19 +265,19 @@ class Worker {
     }
     // A modified packet goes back with its bytes; a truncated copy never does. A packet the
     // downlink pacer holds (never a modified one) gets its verdict from on_release().
+    bool held = false;
     if (res.release_at > t0 && !res.modified && !stopping_) {
-      if (held_.hold(p.id, res.release_at)) {
-        guard.hold();
-        io_.packets_held_total.add();
-        io_.packets_held.set(held_.size());
-        if (release_armed_at_ == 0 || res.release_at < release_armed_at_) {
-          arm_release(res.release_at, t0);
-        }
-      } else {
-        io_.held_overflow.add();  // the store is full: it leaves now, unpaced
-      }
+      held = held_.hold(p.id, res.release_at);
+      if (!held) io_.held_overflow.add();  // the store is full: it leaves now, unpaced
     }
-    if (res.modified && !p.truncated()) {
+    if (held) {
+      guard.hold();
+      io_.packets_held_total.add();
+      io_.packets_held.set(held_.size());
+      if (release_armed_at_ == 0 || res.release_at < release_armed_at_) {
+        arm_release(res.release_at, t0);
+      }
+    } else if (res.modified && !p.truncated()) {
       guard.accept(p.data);
     } else {
       guard.accept({});

@@ -34,12 +34,13 @@ class DownlinkPacer {
   // sample). ACKs without timestamps, reordered ones (TSval or ACK backwards) add nothing.
   void on_phone_ack(Nanos now, const TcpSegment& seg, double ns_per_tick, const PacingParams& p);
 
-  // When a segment of `wire_bytes` (its IP length) arriving `now` may leave: `now` when
+  // When a segment of `payload_bytes` arriving `now` may leave (payload, as the receive rate
+  // counts what the phone acknowledged): `now` when
   // pacing is off for it, else no earlier than the last release plus its spacing, never later
   // than now + max_hold. `pace`: the segment is paced (data of a flow past its regulator's
   // startup); otherwise it only keeps its place behind held ones when `keep_order` (payload,
   // FIN or RST: a pure ACK may overtake).
-  Nanos release_at(Nanos now, uint32_t wire_bytes, bool pace, bool keep_order,
+  Nanos release_at(Nanos now, uint32_t payload_bytes, bool pace, bool keep_order,
                    const PacingParams& p);
 
   // The phone's receive rate (windowed maximum), bytes/s; 0 = none yet.
