@@ -145,6 +145,7 @@ rsfc:
     lag_confirm_fraction: 0.3
     refresh_holdoff: 0
 drwa: { alpha: 0.5, lambda: 2.25 }
+pacing: { gain: 1.2, max_hold_ms: 80, sample_ms: 25, horizon_s: 1.5 }
 )";
 
 // Every key, set away from its default, lands in its field.
@@ -200,6 +201,19 @@ TEST(Config, EveryKeyMapsToItsField) {
   EXPECT_EQ(c.params.rsfc.refresh_holdoff, 0.0);
   EXPECT_EQ(c.params.drwa.alpha, 0.5);
   EXPECT_EQ(c.params.drwa.lambda, 2.25);
+  EXPECT_FALSE(c.params.pacing.enabled);  // with downlink drwa it may not be set true
+  EXPECT_EQ(c.params.pacing.gain, 1.2);
+  EXPECT_EQ(c.params.pacing.max_hold, 80 * kMilli);
+  EXPECT_EQ(c.params.pacing.sample, 25 * kMilli);
+  EXPECT_EQ(c.params.pacing.horizon, 1500 * kMilli);
+}
+
+TEST(Config, PacingWithDownlinkRsfc) {
+  const Config c = parse_config(
+      "subscriber_networks: [10.0.0.0/8]\ndownlink: { policy: rsfc }\npacing: { enabled: true }\n");
+  EXPECT_TRUE(c.params.pacing.enabled);
+  EXPECT_EQ(c.params.pacing.gain, 1.05);
+  EXPECT_EQ(c.params.pacing.max_hold, 200 * kMilli);
 }
 
 TEST(Config, OtherValidSpellings) {
@@ -681,6 +695,11 @@ const BadCase kBadCases[] = {
      "rsfc.initial_window_bytes", "expected an integer"},
     {"alpha_one", "drwa: { alpha: 1 }\n", 1, "drwa.alpha", "must be >= 0 and < 1 (got 1)"},
     {"lambda_zero", "drwa: { lambda: 0 }\n", 1, "drwa.lambda", "out of range"},
+    {"pacing_gain_one", "pacing: { gain: 1 }\n", 1, "pacing.gain", "must be > 1 and <= 4 (got 1)"},
+    {"pacing_hold_zero", "pacing: { max_hold_ms: 0 }\n", 1, "pacing.max_hold_ms", "out of range"},
+    {"pacing_without_downlink_rsfc",
+     "subscriber_networks: [10.0.0.0/8]\ndownlink: { policy: drwa }\npacing: { enabled: true }\n",
+     3, "pacing.enabled", "needs downlink.policy rsfc"},
     // names
     {"policy_unknown", "uplink:\n  policy: fast\n", 2, "uplink.policy",
      "unknown value, expected one of off, observe, static, rsfc, drwa (got fast)"},

@@ -37,16 +37,19 @@ struct UplinkSlot {
 // new kind in it.
 struct DownlinkSlot {
   std::variant<std::monostate, DownlinkRegulator, DownlinkQueueRegulator> down;
-  DownlinkPacer pacer;  // with pacing.enabled, under the queue regulator
   DownlinkState counted_down_state = DownlinkState::kStartup;
   bool in_down_gauge = false;       // counted in downlink_flows_in_state[counted_down_state]
   bool counted_down_no_ts = false;  // counted in downlink_flows_no_timestamps
 };
 
 struct RegulatorPools {
-  explicit RegulatorPools(uint32_t n) : up(n), down(n) {}
+  RegulatorPools(uint32_t n, bool pacing) : up(n), down(n), pacers(pacing ? n : 0) {}
   SlotPool<UplinkSlot> up;
   SlotPool<DownlinkSlot> down;
+  // Downlink pacing's state, one per downlink slot (same index), reserved only when the
+  // engine starts with pacing.enabled: a pacer per regulated flow would cost every gateway
+  // 96 bytes per flows.regulated_max.
+  std::vector<DownlinkPacer> pacers;
 };
 static_assert(SlotPool<UplinkSlot>::kNone == kNoSlot);
 
@@ -246,7 +249,16 @@ Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_see
       // a shared uplink state per uplink regulator at most.
       subscribers_(std::make_unique<SubscriberTable>(
           flows_max + 1, std::max(1u, std::min(regulated_max, flows_max)))),
-      regs_(std::make_unique<RegulatorPools>(std::min(regulated_max, flows_max))) {}
+      regs_(std::make_unique<RegulatorPools>(std::min(regulated_max, flows_max),
+                                             params.pacing.enabled)) {}
+
+bool Engine::pacing_reserved() const {
+  return !regs_->pacers.empty();
+}
+
+size_t Engine::bytes_per_paced_flow() {
+  return sizeof(DownlinkPacer);
+}
 
 Engine::~Engine() = default;
 
@@ -359,7 +371,9 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   if (idx != kNoFlow && track_lifecycle(idx, v, now, r)) {
     feed_regulators(idx, v, r.direction, now);
     apply_knob(pkt, v, idx, now, meta, r);
-    if (params_.pacing.enabled && r.direction == Direction::kToSubscriber) pace(idx, v, now, r);
+    if (params_.pacing.enabled && r.direction == Direction::kToSubscriber && pacing_reserved()) {
+      pace(idx, v, now, r);
+    }
   }
   count(counters_, r.direction, r.outcome);
   return r;
@@ -706,6 +720,7 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
       return;
     }
     counters_.regulator_pool_used[k].set(regs_->down.used());
+    if (pacing_reserved()) regs_->pacers[f.down_slot] = DownlinkPacer{};
   }
   DownlinkSlot& ds = regs_->down.at(f.down_slot);
   auto& slot = ds.down;
@@ -715,8 +730,8 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
     if (fresh) replay_handshake(f, *q, down_params_);
     if (from_phone) {
       q->on_uplink_segment(now, seg, down_params_);
-      if (params_.pacing.enabled) {
-        ds.pacer.on_phone_ack(now, seg, q->tick_ms() * 1e6, params_.pacing);
+      if (params_.pacing.enabled && pacing_reserved()) {
+        regs_->pacers[f.down_slot].on_phone_ack(now, seg, q->tick_ms() * 1e6, params_.pacing);
       }
     } else {
       q->on_downlink_segment(now, seg, down_params_);
@@ -756,8 +771,8 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
       st == DownlinkState::kSlow || st == DownlinkState::kFast || st == DownlinkState::kDrain;
   const bool data = v.payload_len > 0;
   const bool keep_order = data || v.fin() || v.rst();
-  const Nanos at = ds.pacer.release_at(now, v.payload_len, steering && data && q->tick_ms() > 0,
-                                       keep_order, params_.pacing);
+  const Nanos at = regs_->pacers[f.down_slot].release_at(
+      now, v.payload_len, steering && data && q->tick_ms() > 0, keep_order, params_.pacing);
   if (at > now) {
     r.release_at = at;
     counters_.downlink_packets_paced.add();

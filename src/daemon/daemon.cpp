@@ -309,9 +309,8 @@ class Worker {
   void on_release() {
     release_armed_at_ = 0;
     const Nanos now = monotonic_now();
-    held_.release_due(now + kReleaseSlack, [this](uint32_t id) {
-      (void)nfq_.add_verdict(id, kNfAccept);
-    });
+    held_.release_due(now + kReleaseSlack,
+                      [this](uint32_t id) { (void)nfq_.add_verdict(id, kNfAccept); });
     io_.packets_held.set(held_.size());
     if (auto f = nfq_.flush(); !f) log_error(f.error().message.c_str());
     if (!held_.empty()) arm_release(held_.next(), now);
@@ -441,7 +440,10 @@ class Worker {
 
 class Daemon {
  public:
-  Daemon(std::string path, Config cfg) : path_(std::move(path)), running_(std::move(cfg)) {}
+  Daemon(std::string path, Config cfg)
+      : path_(std::move(path)),
+        running_(std::move(cfg)),
+        pacing_reserved_(running_.params.pacing.enabled) {}
 
   int run() {
     // Signals: blocked here before any thread exists (threads inherit the mask), then read
@@ -607,6 +609,11 @@ class Daemon {
     for (const auto& key : restart_only_differences(running_, loaded)) {
       log::warn("reload: %s changed; it needs a restart and is ignored until then", key.c_str());
     }
+    if (loaded.params.pacing.enabled && !pacing_reserved_) {
+      log::warn(
+          "reload: pacing.enabled is true, but rsfcd started without it: downloads stay unpaced "
+          "until a restart (pacing's state is reserved at start)");
+    }
     running_.params = loaded.params;
     running_.log_level = loaded.log_level;
     log::set_level(running_.log_level);
@@ -689,6 +696,7 @@ class Daemon {
 
   std::string path_;
   Config running_;
+  const bool pacing_reserved_;  // the workers' engines were built with pacing.enabled
   int sigfd_ = -1;
   EventBase base_;
   Event sig_ev_;

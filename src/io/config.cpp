@@ -877,7 +877,9 @@ const FieldTable<PacingParams> kPacingFields = {
      "the server's bursts wait here and not in the base station's downlink buffer, where the "
      "phone's other traffic (its uploads' ACKs, a page it loads) would queue behind them. Needs "
      "downlink.policy rsfc; paces only flows its regulator steers (timestamps, past their "
-     "startup). A held packet waits in the kernel's queue: count it in queue.maxlen."},
+     "startup). A held packet waits in the kernel's queue: count it in queue.maxlen. Turning "
+     "it on takes a restart (its state, about 100 bytes per flows.regulated_max, is reserved "
+     "at start); turning it off, or changing the keys below, applies on SIGHUP."},
     {"gain", real_field(&PacingParams::gain, {1, 4, true, false}),
      "Release rate = this x the phone's receive rate (the windowed maximum of its samples). "
      "Above 1, so that a link that speeds up is followed (by this factor per sample)."},
@@ -1033,7 +1035,7 @@ const FieldTable<Config> kTopFields = {
     {"pacing",
      section_field(
          kPacingFields, [](auto& c) -> auto& { return c.params.pacing; }),
-     "Downlink pacing (docs/DESIGN.md §4c), for downloads the downlink knob's rsfc steers."},
+     "Downlink pacing (docs/DESIGN.md §4b), for downloads the downlink knob's rsfc steers."},
 };
 
 bool has_field(const FieldTable<RsfcParams>& table, std::string_view name) {
@@ -1125,13 +1127,15 @@ void check_flows(const Reader& r, const Config& c) {
                got);
   }
   const uint64_t regulated = std::min<uint64_t>(regulated_per_worker(c), per_worker);
-  const uint64_t reserved = per_worker * queues * Engine::bytes_per_flow() +
-                            regulated * queues * Engine::bytes_per_regulated_flow();
+  const uint64_t per_regulated = Engine::bytes_per_regulated_flow() +
+                                 (c.params.pacing.enabled ? Engine::bytes_per_paced_flow() : 0);
+  const uint64_t reserved =
+      per_worker * queues * Engine::bytes_per_flow() + regulated * queues * per_regulated;
   if (const uint64_t memory = physical_memory(); memory != 0 && reserved > memory) {
     r.fail(line, "flows.max",
            "the flow tables and regulators would reserve " + format_bytes(reserved) + " (" +
                std::to_string(Engine::bytes_per_flow()) + " bytes per flow, " +
-               std::to_string(Engine::bytes_per_regulated_flow()) + " per flows.regulated_max), " +
+               std::to_string(per_regulated) + " per flows.regulated_max), " +
                "more than this machine's memory (" + format_bytes(memory) + ")" + got);
   }
 }

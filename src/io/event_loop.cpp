@@ -110,8 +110,8 @@ Expected<Event> Event::timer(EventBase& base, Callback cb) {
 
 bool Event::arm(std::chrono::nanoseconds delay) {
   if (!state_ || state_->ev == nullptr) return false;
-  const auto us = std::max<int64_t>(
-      0, std::chrono::duration_cast<std::chrono::microseconds>(delay).count());
+  const auto us =
+      std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::microseconds>(delay).count());
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(us / 1'000'000);
   tv.tv_usec = static_cast<suseconds_t>(us % 1'000'000);

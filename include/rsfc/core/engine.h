@@ -107,6 +107,11 @@ class Engine {
   static size_t bytes_per_flow();
   // One slot in each knob's pool and one subscriber's shared uplink state.
   static size_t bytes_per_regulated_flow();
+  // A downlink pacer, per regulated flow, when the engine was built with pacing.enabled.
+  static size_t bytes_per_paced_flow();
+  // Pacing's state was reserved (pacing.enabled at construction). Without it a reload that
+  // turns pacing on changes nothing: its state is reserved once, like the pools.
+  bool pacing_reserved() const;
   uint32_t flows_max() const;
   uint32_t regulated_max() const;  // slots per knob's pool
 

@@ -1,4 +1,4 @@
-// Downlink pacing (docs/DESIGN.md §4c): the gateway releases a download's data no faster than
+// Downlink pacing (docs/DESIGN.md §4b): the gateway releases a download's data no faster than
 // a little above the rate at which the phone has been receiving it, so that the server's
 // bursts wait at the gateway instead of in the base station's downlink buffer. The phone's
 // other traffic (its uploads' ACKs, a page it loads) then no longer queues behind them, and
@@ -21,11 +21,11 @@ namespace rsfc {
 
 struct PacingParams {
   bool enabled = false;
-  double gain = 1.05;              // release rate = gain x the phone's receive rate
-  Nanos max_hold = 200 * kMilli;   // no packet is held longer than this
-  Nanos sample = 50 * kMilli;      // a rate sample spans at least this much of the phone's clock
-  Nanos horizon = 3 * kSecond;     // windowed maximum of the samples over this
-  uint32_t min_samples = 4;        // no pacing before this many samples
+  double gain = 1.05;             // release rate = gain x the phone's receive rate
+  Nanos max_hold = 200 * kMilli;  // no packet is held longer than this
+  Nanos sample = 50 * kMilli;     // a rate sample spans at least this much of the phone's clock
+  Nanos horizon = 3 * kSecond;    // windowed maximum of the samples over this
+  uint32_t min_samples = 4;       // no pacing before this many samples
 };
 
 class DownlinkPacer {
@@ -48,7 +48,7 @@ class DownlinkPacer {
   uint32_t samples() const { return samples_; }
 
  private:
-  WindowedMax<6> max_rate_;  // bytes/s
+  WindowedMax<3> max_rate_;  // bytes/s (three buckets: 96 bytes a pacer in all)
   uint64_t sample_bytes_ = 0;
   uint32_t last_ack_ = 0;
   uint32_t sample_ts_ = 0;  // TSval at the sample's start

@@ -1,0 +1,162 @@
+// The downlink pacer (pacer.h): the phone's receive rate from its ACKs' timestamps, and the
+// release times it gives a download's segments.
+#include "rsfc/core/pacer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace rsfc {
+namespace {
+
+constexpr double kTick = 1e6;  // the phone's timestamp tick: 1 ms
+
+TcpSegment phone_ack(uint32_t ack, uint32_t tsval) {
+  TcpSegment s;
+  s.flags = tcpflag::kAck;
+  s.ack = ack;
+  s.has_ts = true;
+  s.tsval = tsval;
+  return s;
+}
+
+// ACKs of `bytes_per_ack` every `ts_step` phone ticks, `n` of them, all reaching the gateway at
+// `at` (as if they had waited together in the uplink buffer) or spread out.
+struct AckStream {
+  uint32_t ack = 1000;
+  uint32_t ts = 5000;
+  void feed(DownlinkPacer& p, const PacingParams& pp, int n, uint32_t bytes_per_ack,
+            uint32_t ts_step, Nanos at, Nanos spread = 0) {
+    for (int i = 0; i < n; ++i) {
+      ack += bytes_per_ack;
+      ts += ts_step;
+      p.on_phone_ack(at + i * spread, phone_ack(ack, ts), kTick, pp);
+    }
+  }
+};
+
+TEST(DownlinkPacer, NoSamplesNoHold) {
+  DownlinkPacer p;
+  PacingParams pp;
+  pp.enabled = true;
+  EXPECT_EQ(p.release_at(kSecond, 1448, true, true, pp), kSecond);
+  AckStream s;
+  s.feed(p, pp, 3, 2896, 4, kSecond);  // 12 ms of the phone's clock: no 50 ms sample yet
+  EXPECT_EQ(p.samples(), 0u);
+  EXPECT_EQ(p.release_at(kSecond, 1448, true, true, pp), kSecond);
+}
+
+TEST(DownlinkPacer, RateIsThePhonesEvenWhenItsAcksArriveTogether) {
+  PacingParams pp;
+  pp.enabled = true;
+  // 2896 bytes every 4 ms of the phone's clock: 724,000 bytes/s (5.79 Mbit/s).
+  DownlinkPacer bunched, spread;
+  AckStream a, b;
+  a.feed(bunched, pp, 200, 2896, 4, kSecond);  // all 200 ACKs reach the gateway at once
+  b.feed(spread, pp, 200, 2896, 4, kSecond, 4 * kMilli);
+  EXPECT_GE(bunched.samples(), 10u);
+  EXPECT_NEAR(bunched.rate(kSecond, pp), 724'000, 724'000 * 0.02);
+  EXPECT_NEAR(spread.rate(kSecond + 800 * kMilli, pp), 724'000, 724'000 * 0.02);
+}
+
+TEST(DownlinkPacer, BurstLeavesAtGainTimesTheRate) {
+  DownlinkPacer p;
+  PacingParams pp;
+  pp.enabled = true;
+  AckStream s;
+  s.feed(p, pp, 100, 2896, 4, kSecond, 4 * kMilli);
+  const Nanos now = 2 * kSecond;
+  const double rate = p.rate(now, pp);
+  ASSERT_GT(rate, 0);
+  // 20 segments arrive together: the first leaves now, each next one 1448 / (gain x rate) later.
+  std::vector<Nanos> at;
+  for (int i = 0; i < 20; ++i) at.push_back(p.release_at(now, 1448, true, true, pp));
+  EXPECT_EQ(at.front(), now);
+  const double spacing = 1448 * 1e9 / (pp.gain * rate);
+  for (size_t i = 1; i < at.size(); ++i) {
+    EXPECT_NEAR(static_cast<double>(at[i] - at[i - 1]), spacing, 1000) << i;
+  }
+  // A segment arriving after the backlog has left goes at once.
+  const Nanos later = at.back() + kSecond / 10;
+  EXPECT_EQ(p.release_at(later, 1448, true, true, pp), later);
+}
+
+TEST(DownlinkPacer, NeverHoldsLongerThanMaxHold) {
+  DownlinkPacer p;
+  PacingParams pp;
+  pp.enabled = true;
+  pp.max_hold = 100 * kMilli;
+  AckStream s;
+  s.feed(p, pp, 100, 1448, 10, kSecond, 10 * kMilli);  // a slow phone: 144,800 bytes/s
+  const Nanos now = 3 * kSecond;
+  Nanos last = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const Nanos at = p.release_at(now + i * kMicro, 1448, true, true, pp);
+    EXPECT_LE(at - (now + i * kMicro), pp.max_hold);
+    EXPECT_GE(at, last) << "released out of order at " << i;
+    last = at;
+  }
+}
+
+TEST(DownlinkPacer, FinKeepsItsPlaceAPureAckDoesNot) {
+  DownlinkPacer p;
+  PacingParams pp;
+  pp.enabled = true;
+  AckStream s;
+  s.feed(p, pp, 100, 2896, 4, kSecond, 4 * kMilli);
+  const Nanos now = 2 * kSecond;
+  Nanos last_data = 0;
+  for (int i = 0; i < 10; ++i) last_data = p.release_at(now, 1448, true, true, pp);
+  ASSERT_GT(last_data, now);
+  // Not paced itself (a FIN, a RST, or data while the regulator is in startup), but ordered.
+  EXPECT_GE(p.release_at(now, 0, false, true, pp), last_data);
+  // A pure ACK of the flow's other direction may overtake the held data.
+  EXPECT_EQ(p.release_at(now, 0, false, false, pp), now);
+}
+
+TEST(DownlinkPacer, DuplicateReorderedAndUntimedAcksAddNothing) {
+  PacingParams pp;
+  pp.enabled = true;
+  DownlinkPacer p;
+  AckStream s;
+  s.feed(p, pp, 100, 2896, 4, kSecond, 4 * kMilli);
+  const double before = p.rate(2 * kSecond, pp);
+  const uint32_t n = p.samples();
+  // Duplicates and an older ACK: nothing new was received.
+  p.on_phone_ack(2 * kSecond, phone_ack(s.ack, s.ts + 100), kTick, pp);
+  p.on_phone_ack(2 * kSecond, phone_ack(s.ack - 2896, s.ts + 200), kTick, pp);
+  // No clock: an unknown tick, or no timestamp option.
+  TcpSegment untimed = phone_ack(s.ack + 1'000'000, s.ts + 300);
+  p.on_phone_ack(2 * kSecond, untimed, 0.0, pp);
+  untimed.has_ts = false;
+  p.on_phone_ack(2 * kSecond, untimed, kTick, pp);
+  EXPECT_EQ(p.samples(), n);
+  EXPECT_DOUBLE_EQ(p.rate(2 * kSecond, pp), before);
+}
+
+TEST(DownlinkPacer, TimestampWrapIsContinuous) {
+  PacingParams pp;
+  pp.enabled = true;
+  DownlinkPacer p;
+  AckStream s;
+  s.ts = UINT32_MAX - 100;  // wraps after 25 ACKs
+  s.feed(p, pp, 200, 2896, 4, kSecond, 4 * kMilli);
+  EXPECT_GE(p.samples(), 10u);
+  EXPECT_NEAR(p.rate(2 * kSecond, pp), 724'000, 724'000 * 0.02);
+}
+
+TEST(DownlinkPacer, RateFollowsALinkThatSlowsDownAfterTheHorizon) {
+  PacingParams pp;
+  pp.enabled = true;
+  DownlinkPacer p;
+  AckStream s;
+  s.feed(p, pp, 250, 2896, 4, kSecond, 4 * kMilli);  // 724,000 bytes/s for 1 s
+  Nanos t = kSecond + 250 * 4 * kMilli;
+  s.feed(p, pp, 500, 2896, 16, t, 16 * kMilli);  // then a quarter of that for 8 s
+  t += 500 * 16 * kMilli;
+  EXPECT_NEAR(p.rate(t, pp), 181'000, 181'000 * 0.05);
+}
+
+}  // namespace
+}  // namespace rsfc
