@@ -47,6 +47,9 @@ CASES = [
     ("off+rsfc[threshold_ms=30;tuning.probe_below=0.3]",
      {"uplink": {"policy": "off"}, "downlink": {"policy": "rsfc"},
       "rsfc": {"threshold_ms": 30, "tuning": {"probe_below": 0.3}}}),
+    ("rsfc+rsfc[pacing.enabled=true;pacing.gain=1.1;fast_target=1]",
+     {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "rsfc"},
+      "rsfc": {"fast_target": 1}, "pacing": {"enabled": True, "gain": 1.1}}),
 ]
 
 
