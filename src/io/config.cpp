@@ -878,7 +878,7 @@ const FieldTable<PacingParams> kPacingFields = {
      "phone's other traffic (its uploads' ACKs, a page it loads) would queue behind them. Needs "
      "downlink.policy rsfc; paces only flows its regulator steers (timestamps, past their "
      "startup). A held packet waits in the kernel's queue: count it in queue.maxlen. Turning "
-     "it on takes a restart (its state, about 100 bytes per flows.regulated_max, is reserved "
+     "it on takes a restart (its state, 144 bytes per flows.regulated_max, is reserved "
      "at start); turning it off, or changing the keys below, applies on SIGHUP."},
     {"gain", real_field(&PacingParams::gain, {1, 4, true, false}),
      "Release rate = this x the phone's receive rate (the windowed maximum of its samples). "

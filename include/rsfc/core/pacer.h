@@ -48,7 +48,7 @@ class DownlinkPacer {
   uint32_t samples() const { return samples_; }
 
  private:
-  WindowedMax<3> max_rate_;  // bytes/s (three buckets: 96 bytes a pacer in all)
+  WindowedMax<6> max_rate_;  // bytes/s
   uint64_t sample_bytes_ = 0;
   uint32_t last_ack_ = 0;
   uint32_t sample_ts_ = 0;  // TSval at the sample's start
