@@ -48,7 +48,7 @@ struct RegulatorPools {
   SlotPool<DownlinkSlot> down;
   // Downlink pacing's state, one per downlink slot (same index), reserved only when the
   // engine starts with pacing.enabled: a pacer per regulated flow would cost every gateway
-  // 96 bytes per flows.regulated_max.
+  // 144 bytes per flows.regulated_max.
   std::vector<DownlinkPacer> pacers;
 };
 static_assert(SlotPool<UplinkSlot>::kNone == kNoSlot);

@@ -105,7 +105,8 @@ class Worker {
       : queue_(queue),
         batch_(cfg.batch_size),
         engine_(flows_max, cfg.params, random_seed(), regulated_per_worker(cfg)),
-        held_(std::min<size_t>(cfg.queue_maxlen, kHeldMax)) {}
+        // Nothing is ever held unless the engine reserved pacing's state at start.
+        held_(cfg.params.pacing.enabled ? std::min<size_t>(cfg.queue_maxlen, kHeldMax) : 0) {}
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
   ~Worker() { join(); }
