@@ -8,6 +8,7 @@
 
 #include "../test/packet_builder.h"
 #include "rsfc/core/engine.h"
+#include "rsfc/core/pacer.h"
 
 namespace {
 
@@ -153,6 +154,49 @@ void BM_Engine_RsfcUploadV4(benchmark::State& s) {
   run(s, Mode::kEngine, Policy::kRsfc, false, true);
 }
 
+// Downlink pacing (DESIGN.md §4b): what a paced flow adds per packet, against the engine's
+// own cost above. A phone ACK (rate sample) and a data segment's release time, per call.
+void BM_Pacer_PhoneAck(benchmark::State& s) {
+  DownlinkPacer p;
+  PacingParams pp;
+  pp.enabled = true;
+  TcpSegment seg;
+  seg.flags = tcpflag::kAck;
+  seg.has_ts = true;
+  uint32_t ack = 1, ts = 1;
+  Nanos now = kSecond;
+  for (auto _ : s) {
+    ack += 2896;
+    ts += 4;
+    seg.ack = ack;
+    seg.tsval = ts;
+    p.on_phone_ack(now, seg, 1e6, pp);
+    now += 4 * kMilli;
+    benchmark::DoNotOptimize(p);
+  }
+  s.SetItemsProcessed(static_cast<int64_t>(s.iterations()));
+}
+void BM_Pacer_ReleaseAt(benchmark::State& s) {
+  DownlinkPacer p;
+  PacingParams pp;
+  pp.enabled = true;
+  TcpSegment seg;
+  seg.flags = tcpflag::kAck;
+  seg.has_ts = true;
+  Nanos now = kSecond;
+  for (uint32_t i = 1; i <= 200; ++i) {  // 724 KB/s on the phone's clock
+    seg.ack = i * 2896;
+    seg.tsval = i * 4;
+    p.on_phone_ack(now, seg, 1e6, pp);
+    now += 4 * kMilli;
+  }
+  for (auto _ : s) {
+    benchmark::DoNotOptimize(p.release_at(now, 1448, true, true, pp));
+    now += 2 * kMilli;  // arrivals just under the release rate: the schedule keeps up
+  }
+  s.SetItemsProcessed(static_cast<int64_t>(s.iterations()));
+}
+
 BENCHMARK(BM_Baseline_CopyOnly)->Arg(1000);
 BENCHMARK(BM_Baseline_ParseOnly)->Arg(1000);
 BENCHMARK(BM_Engine_BothOff)->Arg(1000);
@@ -161,6 +205,8 @@ BENCHMARK(BM_Engine_StaticRewriteV4)->Arg(1)->Arg(1000)->Arg(100000)->Arg(100000
 BENCHMARK(BM_Engine_StaticRewriteV6)->Arg(1000)->Arg(100000);
 BENCHMARK(BM_Engine_RsfcV4)->Arg(1000)->Arg(100000);
 BENCHMARK(BM_Engine_RsfcUploadV4)->Arg(1000)->Arg(100000);
+BENCHMARK(BM_Pacer_PhoneAck);
+BENCHMARK(BM_Pacer_ReleaseAt);
 
 }  // namespace
 
