@@ -156,42 +156,40 @@ void BM_Engine_RsfcUploadV4(benchmark::State& s) {
 
 // Downlink pacing (DESIGN.md §4b): what a paced flow adds per packet, against the engine's
 // own cost above. A phone ACK (rate sample) and a data segment's release time, per call.
-void BM_Pacer_PhoneAck(benchmark::State& s) {
-  DownlinkPacer p;
+// The phone's ACKs: 2896 bytes every 4 ms of its 1 ms clock (724 KB/s), arriving as sent.
+struct PhoneAcks {
   PacingParams pp;
-  pp.enabled = true;
   TcpSegment seg;
-  seg.flags = tcpflag::kAck;
-  seg.has_ts = true;
-  uint32_t ack = 1, ts = 1;
   Nanos now = kSecond;
-  for (auto _ : s) {
-    ack += 2896;
-    ts += 4;
-    seg.ack = ack;
-    seg.tsval = ts;
+  PhoneAcks() {
+    pp.enabled = true;
+    seg.flags = tcpflag::kAck;
+    seg.has_ts = true;
+  }
+  void next(DownlinkPacer& p) {
+    seg.ack += 2896;
+    seg.tsval += 4;
     p.on_phone_ack(now, seg, 1e6, pp);
     now += 4 * kMilli;
+  }
+};
+
+void BM_Pacer_PhoneAck(benchmark::State& s) {
+  DownlinkPacer p;
+  PhoneAcks acks;
+  for (auto _ : s) {
+    acks.next(p);
     benchmark::DoNotOptimize(p);
   }
   s.SetItemsProcessed(static_cast<int64_t>(s.iterations()));
 }
 void BM_Pacer_ReleaseAt(benchmark::State& s) {
   DownlinkPacer p;
-  PacingParams pp;
-  pp.enabled = true;
-  TcpSegment seg;
-  seg.flags = tcpflag::kAck;
-  seg.has_ts = true;
-  Nanos now = kSecond;
-  for (uint32_t i = 1; i <= 200; ++i) {  // 724 KB/s on the phone's clock
-    seg.ack = i * 2896;
-    seg.tsval = i * 4;
-    p.on_phone_ack(now, seg, 1e6, pp);
-    now += 4 * kMilli;
-  }
+  PhoneAcks acks;
+  for (int i = 0; i < 200; ++i) acks.next(p);
+  Nanos now = acks.now;
   for (auto _ : s) {
-    benchmark::DoNotOptimize(p.release_at(now, 1448, true, true, pp));
+    benchmark::DoNotOptimize(p.release_at(now, 1448, true, true, acks.pp));
     now += 2 * kMilli;  // arrivals just under the release rate: the schedule keeps up
   }
   s.SetItemsProcessed(static_cast<int64_t>(s.iterations()));

@@ -36,10 +36,24 @@ struct AckStream {
   }
 };
 
-TEST(DownlinkPacer, NoSamplesNoHold) {
-  DownlinkPacer p;
+PacingParams pacing_on() {
   PacingParams pp;
   pp.enabled = true;
+  return pp;
+}
+
+// A pacer that has heard 100 ACKs of 2896 bytes, 4 ms apart on the phone's clock and at the
+// gateway: 724,000 bytes/s.
+struct Receiving {
+  PacingParams pp = pacing_on();
+  DownlinkPacer p;
+  AckStream s;
+  Receiving() { s.feed(p, pp, 100, 2896, 4, kSecond, 4 * kMilli); }
+};
+
+TEST(DownlinkPacer, NoSamplesNoHold) {
+  DownlinkPacer p;
+  const PacingParams pp = pacing_on();
   EXPECT_EQ(p.release_at(kSecond, 1448, true, true, pp), kSecond);
   AckStream s;
   s.feed(p, pp, 3, 2896, 4, kSecond);  // 12 ms of the phone's clock: no 50 ms sample yet
@@ -48,8 +62,7 @@ TEST(DownlinkPacer, NoSamplesNoHold) {
 }
 
 TEST(DownlinkPacer, RateIsThePhonesEvenWhenItsAcksArriveTogether) {
-  PacingParams pp;
-  pp.enabled = true;
+  const PacingParams pp = pacing_on();
   // 2896 bytes every 4 ms of the phone's clock: 724,000 bytes/s (5.79 Mbit/s).
   DownlinkPacer bunched, spread;
   AckStream a, b;
@@ -61,11 +74,9 @@ TEST(DownlinkPacer, RateIsThePhonesEvenWhenItsAcksArriveTogether) {
 }
 
 TEST(DownlinkPacer, BurstLeavesAtGainTimesTheRate) {
-  DownlinkPacer p;
-  PacingParams pp;
-  pp.enabled = true;
-  AckStream s;
-  s.feed(p, pp, 100, 2896, 4, kSecond, 4 * kMilli);
+  Receiving r;
+  DownlinkPacer& p = r.p;
+  const PacingParams& pp = r.pp;
   const Nanos now = 2 * kSecond;
   const double rate = p.rate(now, pp);
   ASSERT_GT(rate, 0);
@@ -84,8 +95,7 @@ TEST(DownlinkPacer, BurstLeavesAtGainTimesTheRate) {
 
 TEST(DownlinkPacer, NeverHoldsLongerThanMaxHold) {
   DownlinkPacer p;
-  PacingParams pp;
-  pp.enabled = true;
+  PacingParams pp = pacing_on();
   pp.max_hold = 100 * kMilli;
   AckStream s;
   s.feed(p, pp, 100, 1448, 10, kSecond, 10 * kMilli);  // a slow phone: 144,800 bytes/s
@@ -100,11 +110,9 @@ TEST(DownlinkPacer, NeverHoldsLongerThanMaxHold) {
 }
 
 TEST(DownlinkPacer, FinKeepsItsPlaceAPureAckDoesNot) {
-  DownlinkPacer p;
-  PacingParams pp;
-  pp.enabled = true;
-  AckStream s;
-  s.feed(p, pp, 100, 2896, 4, kSecond, 4 * kMilli);
+  Receiving r;
+  DownlinkPacer& p = r.p;
+  const PacingParams& pp = r.pp;
   const Nanos now = 2 * kSecond;
   Nanos last_data = 0;
   for (int i = 0; i < 10; ++i) last_data = p.release_at(now, 1448, true, true, pp);
@@ -116,11 +124,10 @@ TEST(DownlinkPacer, FinKeepsItsPlaceAPureAckDoesNot) {
 }
 
 TEST(DownlinkPacer, DuplicateReorderedAndUntimedAcksAddNothing) {
-  PacingParams pp;
-  pp.enabled = true;
-  DownlinkPacer p;
-  AckStream s;
-  s.feed(p, pp, 100, 2896, 4, kSecond, 4 * kMilli);
+  Receiving r;
+  DownlinkPacer& p = r.p;
+  const PacingParams& pp = r.pp;
+  AckStream& s = r.s;
   const double before = p.rate(2 * kSecond, pp);
   const uint32_t n = p.samples();
   // Duplicates and an older ACK: nothing new was received.
@@ -136,8 +143,7 @@ TEST(DownlinkPacer, DuplicateReorderedAndUntimedAcksAddNothing) {
 }
 
 TEST(DownlinkPacer, TimestampWrapIsContinuous) {
-  PacingParams pp;
-  pp.enabled = true;
+  const PacingParams pp = pacing_on();
   DownlinkPacer p;
   AckStream s;
   s.ts = UINT32_MAX - 100;  // wraps after 25 ACKs
@@ -147,8 +153,7 @@ TEST(DownlinkPacer, TimestampWrapIsContinuous) {
 }
 
 TEST(DownlinkPacer, RateFollowsALinkThatSlowsDownAfterTheHorizon) {
-  PacingParams pp;
-  pp.enabled = true;
+  const PacingParams pp = pacing_on();
   DownlinkPacer p;
   AckStream s;
   s.feed(p, pp, 250, 2896, 4, kSecond, 4 * kMilli);  // 724,000 bytes/s for 1 s

@@ -731,7 +731,7 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
     if (from_phone) {
       q->on_uplink_segment(now, seg, down_params_);
       if (params_.pacing.enabled && pacing_reserved()) {
-        regs_->pacers[f.down_slot].on_phone_ack(now, seg, q->tick_ms() * 1e6, params_.pacing);
+        regs_->pacers[f.down_slot].on_phone_ack(now, seg, q->ns_per_tick(), params_.pacing);
       }
     } else {
       q->on_downlink_segment(now, seg, down_params_);
@@ -772,7 +772,7 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
   const bool data = v.payload_len > 0;
   const bool keep_order = data || v.fin() || v.rst();
   const Nanos at = regs_->pacers[f.down_slot].release_at(
-      now, v.payload_len, steering && data && q->tick_ms() > 0, keep_order, params_.pacing);
+      now, v.payload_len, steering && data && q->ns_per_tick() > 0, keep_order, params_.pacing);
   if (at > now) {
     r.release_at = at;
     counters_.downlink_packets_paced.add();

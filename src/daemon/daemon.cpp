@@ -156,7 +156,7 @@ class Worker {
     auto wake = Event::user(base_, [this](short) { on_wake(); });
     if (!wake) return wake.error();
     wake_ev_ = std::move(wake).value();
-    auto release = Event::timer(base_, [this](short) { on_release(); });
+    auto release = Event::user(base_, [this](short) { on_release(); });
     if (!release) return release.error();
     release_ev_ = std::move(release).value();
     open_conntrack(cfg);

@@ -931,7 +931,7 @@ const FieldTable<Config> kFlowsFields = {
      "observe: at its first payload to the subscriber) and gives it back when it ends. A flow "
      "that finds all of them taken passes that knob untouched for its life, counted in "
      "rsfcd_regulator_pool_full_total (rsfcd_regulator_pool_used: regulators in use). Memory for "
-     "all is reserved at start: flows.regulated_max x about 4.3 KB (a regulator of each knob "
+     "all is reserved at start: flows.regulated_max x about 4.8 KB (a regulator of each knob "
      "and the subscriber's shared uplink state). Restart-only."},
     {"idle_timeout_s",
      duration_field([](auto& c) -> auto& { return c.params.idle_timeout; }, kSecond,

@@ -100,14 +100,6 @@ Expected<Event> Event::user(EventBase& base, Callback cb) {
   return Event(std::move(s));
 }
 
-Expected<Event> Event::timer(EventBase& base, Callback cb) {
-  auto s = std::make_unique<State>();
-  s->cb = std::move(cb);
-  s->ev = event_new(base.get(), -1, 0, &State::trampoline, s.get());
-  if (s->ev == nullptr) return Error::msg("libevent: event_new failed");
-  return Event(std::move(s));
-}
-
 bool Event::arm(std::chrono::nanoseconds delay) {
   if (!state_ || state_->ev == nullptr) return false;
   const auto us =

@@ -209,7 +209,8 @@ class DownlinkQueueRegulator {
   bool timestamps() const { return ts_; }
   // The flow runs no law (no timestamps): metrics count it.
   bool fallback() const { return state_ == DownlinkState::kNoTimestamps; }
-  double tick_ms() const { return up_delay_.tick().ns_per_tick() / 1e6; }  // 0 = unknown
+  double ns_per_tick() const { return up_delay_.tick().ns_per_tick(); }  // 0 = unknown
+  double tick_ms() const { return ns_per_tick() / 1e6; }
   bool tick_estimated() const {
     return up_delay_.tick().quality() == TickEstimator::Quality::kEstimated;
   }
@@ -326,7 +327,6 @@ class DownlinkQueueRegulator {
   Nanos interval(const DownlinkQueueParams& p) const { return control_interval(last_, p); }
   Nanos spacing(const DownlinkQueueParams& p) const;
   Nanos trough_span(const DownlinkQueueParams& p) const;
-  double ns_per_tick() const { return up_delay_.tick().ns_per_tick(); }
   uint32_t startup_window(const DownlinkQueueParams& p) const;
   double min_window() const { return static_cast<double>(min_segments_) * mss_; }
   // A cut holds once the phone acknowledged everything sent under the old right edge.

@@ -48,10 +48,9 @@ class Event {
   static Expected<Event> reader(EventBase& base, int fd, Callback cb);
   // A persistent timer, armed at once, firing every `period`.
   static Expected<Event> periodic(EventBase& base, std::chrono::nanoseconds period, Callback cb);
-  // A user event with no fd, fired by activate() (from any thread).
+  // A user event with no fd, fired by activate() (from any thread) or, once, after a delay
+  // set by arm().
   static Expected<Event> user(EventBase& base, Callback cb);
-  // A one-shot timer, not armed: arm() sets (or moves) when it fires.
-  static Expected<Event> timer(EventBase& base, Callback cb);
 
   Event();
   Event(Event&&) noexcept;
