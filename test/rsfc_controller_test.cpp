@@ -567,6 +567,37 @@ TEST(RsfcController, DrainThatFindsALowerMinimumDoesNotRestoreTheInflatedWindow)
   EXPECT_LE(*s.reg().rtt_used(), ms(60));
 }
 
+// A flow adopted mid-stream (a restart, docs/DESIGN.md §5a) took the queue that stood then
+// for part of its minimum, and drains at once. Here its buffer drains slowly (over 1.5 s,
+// longer than the drain's two steps in force) and fills again the moment the drain ends (the
+// window is restored). While it drains, every sample is a new low and so "at the minimum": a
+// drain that took one of them for the empty buffer, or that ended after its two steps, kept
+// the rest of the queue in min(d) and in the round trip, and the hold band then kept that
+// queue standing (an adopted upload settled 40 ms above its level before the restart in the
+// lab). The drain goes on while min(d) falls, and ends after a step over which it held: then
+// the standing queue reads as queue.
+TEST(RsfcController, AdoptedDrainWaitsForTheBufferToStopDraining) {
+  Script s;
+  s.reg().on_adopted();
+  std::optional<Nanos> drain_from;
+  const auto q = [&s, &drain_from](Nanos t) -> Nanos {
+    const bool draining = s.reg().state() == RsfcState::kMonitor;
+    if (!draining) return drain_from ? ms(40) : ms(150);
+    if (!drain_from) drain_from = t;
+    const double left = 1.0 - static_cast<double>(t - *drain_from) / static_cast<double>(ms(1500));
+    return static_cast<Nanos>(std::max(0.0, left) * static_cast<double>(ms(150)));
+  };
+  s.send(ms(4000), kRate, q);
+  ASSERT_TRUE(drain_from.has_value()) << "no drain";
+  ASSERT_NE(s.reg().state(), RsfcState::kMonitor);
+  // Path 15 + 15 + 20 ms: the minimum round trip is 50 ms (+ an ACK's wait for the second
+  // segment), the standing queue 40 ms. Confirmed while the buffer drained, the minimum kept
+  // tens of ms of queue and the standing queue read as none.
+  EXPECT_LE(*s.reg().rtt_min(), ms(65));
+  ASSERT_TRUE(s.last().t_buff.has_value());
+  EXPECT_GE(*s.last().t_buff, ms(30));
+}
+
 // Once a drain has confirmed the minimum, a buffer that empties on its own is the same
 // evidence: no further drains (each costs the upload throughput). A buffer that stops
 // emptying brings them back.

@@ -103,7 +103,15 @@ def wait_regulating(d, t_restart: float, timeout: float) -> float | None:
 @pytest.mark.timeout(110)
 def test_upload_is_regulated_again_within_a_second_of_each_restart(lab, rsfcd, artifacts,
                                                                    prerequisites):
-    daemons = [rsfcd(CFG)]  # installs the rules (with the conntrack match) and starts rsfcd
+    def with_decisions(config: dict, name: str) -> dict:
+        # Each daemon's control decisions (the adopted upload's drain, its minimum, its
+        # threshold) are kept with the artifacts: a level missed says why.
+        path = lab.workdir / f"decisions-{name}.jsonl"
+        artifacts.add(f"decision log ({name})", path)
+        return dict(config, decision_log=str(path))
+
+    # Installs the rules (with the conntrack match) and starts rsfcd.
+    daemons = [rsfcd(with_decisions(CFG, "first"))]
 
     def restart(kind: str, config: dict, binary: Path):
         old = daemons[-1]
@@ -112,6 +120,7 @@ def test_upload_is_regulated_again_within_a_second_of_each_restart(lab, rsfcd, a
             old.proc.wait(timeout=5)
         else:
             assert old.stop() == 0, old.log_tail()
+        config = with_decisions(config, f"{len(daemons)}-{kind}")
         d = topo_mod.Daemon(lab, config, binary=binary, start=False)
         artifacts.daemons.append(d)
         artifacts.add(f"rsfcd log ({kind})", d.log_path)

@@ -222,6 +222,11 @@ class UplinkRegulator {
     // with the cut in force on counts (the phone then has no more than the cut in flight).
     bool confirm_after_cut = false;
     Nanos in_force_at = 0;  // the first step with the cut in force
+    // It started behind a queue, and while the buffer drains every sample is a new low and
+    // so "at the minimum": only a step over which min(d) held confirms it (monitor()), with
+    // a sample at the minimum after the last step over which it fell.
+    std::optional<Nanos> min_at_step;  // min(d) at the previous step
+    Nanos fell_at = 0;                 // the last step over which min(d) fell
     // The path check's span: its start, the highest data end then, and its two halves.
     Nanos check_since = 0;
     uint32_t check_end = 0;
@@ -290,6 +295,11 @@ class UplinkRegulator {
   // A cut of W holds once the server acknowledged everything sent under the old right edge.
   bool cut_in_force() const { return !edge_known_ || !ack_known_ || seq_ge(ack_max_, cut_edge_); }
   Nanos confirmed_at() const { return ts_ ? delay_.min_confirmed_at() : lag_confirmed_at_; }
+  // A one-way delay within this of min(d) is at the minimum (UplinkDelayEstimator).
+  Nanos confirm_tolerance() const {
+    return std::max(UplinkDelayEstimator::kConfirmFloor,
+                    static_cast<Nanos>(delay_.tick().ns_per_tick()));
+  }
   bool has_confirmation() const { return ts_ ? delay_.has_min_confirmation() : lag_confirmed_; }
 
   // Estimators.
