@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "regulator_sim.h"
@@ -86,6 +87,92 @@ TEST(DownlinkQueueRegulator, WithoutTimestampsNoClampAndSaysSo) {
     EXPECT_FALSE(d.stepped);
     EXPECT_EQ(d.window, kNoClamp);
   }
+}
+
+// A download the gateway's pacer (pacer.h) holds: the regulator times each segment from when
+// it leaves, so the hold is not read as downlink queue. Scripted: a server sending 1448-byte
+// segments every 7 ms, the phone 20 ms from the gateway each way with no queue, ACKing every
+// segment with its 1 ms clock; from 3 s on every segment is held 150 ms before it leaves
+// (the pacer caps a hold at max_hold, 200 ms). Read 0.3-1 s into the hold (later a drain takes
+// a delay that never shrinks for a longer path). Timed from the arrival, the regulator read
+// the hold as 150 ms of queue (on 2G, where one packet's spacing exceeds T, it then cut the
+// window to a few KB: lab/EXPERIMENTS.md Q22).
+TEST(DownlinkQueueRegulator, HeldSegmentsAreTimedFromTheirRelease) {
+  auto q_down_late = [](bool by_release) {
+    DownlinkQueueRegulator reg;
+    const DownlinkQueueParams p;
+    const Nanos path = 20 * kMilli;
+    const auto phone_ts = [](Nanos t) { return 5000u + static_cast<uint32_t>(t / kMilli); };
+    TcpSegment syn;
+    syn.seq = 1000;
+    syn.flags = tcpflag::kSyn;
+    syn.mss_option = 1460;
+    syn.has_ts = true;
+    syn.tsval = phone_ts(0);
+    reg.on_uplink_segment(0, syn, p);
+    TcpSegment synack;
+    synack.seq = 7000;
+    synack.ack = 1001;
+    synack.flags = tcpflag::kSyn | tcpflag::kAck;
+    synack.mss_option = 1460;
+    synack.has_ts = true;
+    synack.tsval = 300;
+    synack.tsecr = syn.tsval;
+    reg.on_downlink_segment(10 * kMilli, synack, p);
+    TcpSegment ack;
+    ack.seq = 1001;
+    ack.ack = 7001;
+    ack.flags = tcpflag::kAck;
+    ack.has_ts = true;
+    ack.tsval = phone_ts(30 * kMilli);
+    ack.tsecr = 300;
+    reg.on_uplink_segment(10 * kMilli + 2 * path, ack, p);
+    (void)reg.target_window(10 * kMilli + 2 * path, p);
+    // The segments in flight: (the ACK reaches the gateway at, its ACK number, its TSval).
+    std::vector<std::tuple<Nanos, uint32_t, uint32_t>> acks;
+    uint32_t seq = 7001;
+    size_t next = 0;
+    std::vector<double> late;  // q_down read 0.3-1 s into the hold (ms)
+    for (Nanos t = 100 * kMilli; t < 6 * kSecond; t += 7 * kMilli) {
+      while (next < acks.size() && std::get<0>(acks[next]) <= t) {
+        const auto [at, a, ts] = acks[next++];
+        ack.ack = a;
+        ack.tsval = ts;
+        reg.on_uplink_segment(at, ack, p);
+        (void)reg.target_window(at, p);
+        if (at > 3300 * kMilli && at < 4 * kSecond && reg.q_down()) {
+          late.push_back(static_cast<double>(*reg.q_down()) / 1e6);
+        }
+      }
+      TcpSegment data;
+      data.seq = seq;
+      data.ack = 1001;
+      data.payload_len = 1448;
+      data.flags = tcpflag::kAck;
+      data.has_ts = true;
+      data.tsval = 300 + static_cast<uint32_t>(t / kMilli);
+      data.tsecr = ack.tsval;
+      const Nanos leaves = t >= 3 * kSecond ? t + 150 * kMilli : t;
+      if (by_release) {
+        reg.on_downlink_segment(t, leaves, data, p);
+      } else {
+        reg.on_downlink_segment(t, data, p);
+      }
+      seq += 1448;
+      acks.emplace_back(leaves + 2 * path, seq, phone_ts(leaves + path));
+    }
+    EXPECT_GT(late.size(), 20u);
+    std::sort(late.begin(), late.end());
+    return late.empty() ? -1.0 : late[late.size() / 2];
+  };
+  const double by_release = q_down_late(true);
+  const double by_arrival = q_down_late(false);
+  std::printf(
+      "q_down 0.3-1 s into a 150 ms hold: %.1f ms timed from the release, %.1f ms from "
+      "the arrival\n",
+      by_release, by_arrival);
+  EXPECT_LE(by_release, 10.0);
+  EXPECT_GE(by_arrival, 100.0) << "the script holds the data: timed from the arrival it reads";
 }
 
 // --- Closed loop: the packet simulator -----------------------------------------------------

@@ -87,7 +87,7 @@ void DownlinkQueueRegulator::take_handshake(Nanos now, const DownlinkQueueParams
   }
 }
 
-void DownlinkQueueRegulator::on_downlink_segment(Nanos now, const TcpSegment& s,
+void DownlinkQueueRegulator::on_downlink_segment(Nanos now, Nanos leaves, const TcpSegment& s,
                                                  const DownlinkQueueParams& p) {
   handshake_.on_segment(now, false, s);
   take_handshake(now, p);
@@ -95,7 +95,7 @@ void DownlinkQueueRegulator::on_downlink_segment(Nanos now, const TcpSegment& s,
     data_high_ = sample_mark_ = s.seq + 1;
     data_known_ = true;
   } else {
-    on_data(now, s, p);
+    on_data(now, std::max(now, leaves), s, p);
   }
   if (!ts_ || !s.has_ts) return;
   if (s.ack_flag() && !s.syn()) {
@@ -108,18 +108,21 @@ void DownlinkQueueRegulator::on_downlink_segment(Nanos now, const TcpSegment& s,
 // bursts (behind an upload's packets in the uplink buffer) sends its data in bursts; slots
 // every so many milliseconds would only ever time a burst's head, and slots every so many
 // bytes alone could miss every head.
-void DownlinkQueueRegulator::on_data(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p) {
+// Timed from when the segment leaves the gateway (`leaves`: its arrival unless paced); the
+// right edge the server had is looked up from its arrival.
+void DownlinkQueueRegulator::on_data(Nanos now, Nanos leaves, const TcpSegment& s,
+                                     const DownlinkQueueParams& p) {
   const uint32_t end = s.end();
   if (end == s.seq) return;  // a pure ACK of the server's (to the phone's own data)
   const bool fresh = !data_known_ || seq_gt(end, data_high_);
   // The head of a burst (data after a gap of a sixth of a round trip) finds the queue the
   // previous burst left: if the link idled in between, that is empty, and only such a sample
   // says so.
-  const bool head = data_known_ && now - last_data_at_ > spacing(p);
+  const bool head = data_known_ && leaves - last_data_at_ > spacing(p);
   if (!data_known_) sample_mark_ = s.seq;
   if (fresh) data_high_ = end;
   data_known_ = true;
-  last_data_at_ = now;
+  last_data_at_ = std::max(last_data_at_, leaves);
   if (ack_known_) {
     const int32_t out = static_cast<int32_t>(data_high_ - ack_high_);
     in_flight_max_ = std::max(in_flight_max_, static_cast<uint32_t>(std::max(0, out)));
@@ -137,9 +140,9 @@ void DownlinkQueueRegulator::on_data(Nanos now, const TcpSegment& s, const Downl
   const auto step = static_cast<uint32_t>(std::max<double>(mss_, w / kSlotsPerRtt));
   if (seq_gt(sample_mark_, end + step)) sample_mark_ = end + step;  // W was cut
   const bool mark = fresh && (head || !seq_lt(end, sample_mark_));
-  queue_.on_data(now, s.seq, end, mark ? 0 : DownlinkQueueEstimator::kMaxAge);
+  queue_.on_data(leaves, s.seq, end, mark ? 0 : DownlinkQueueEstimator::kMaxAge);
   if (!mark) return;
-  marks_[next_mark_] = {now, end, true};
+  marks_[next_mark_] = {leaves, end, true};
   next_mark_ = static_cast<uint8_t>((next_mark_ + 1) % kMarks);
   sample_mark_ = end + step;
 }

@@ -371,9 +371,7 @@ PacketResult Engine::process(std::span<uint8_t> pkt, Nanos now, PacketMeta meta)
   if (idx != kNoFlow && track_lifecycle(idx, v, now, r)) {
     feed_regulators(idx, v, r.direction, now);
     apply_knob(pkt, v, idx, now, meta, r);
-    if (params_.pacing.enabled && r.direction == Direction::kToSubscriber && pacing_reserved()) {
-      pace(idx, v, now, r);
-    }
+    if (r.direction == Direction::kToSubscriber && pacing_on()) pace(idx, v, now, r);
   }
   count(counters_, r.direction, r.outcome);
   return r;
@@ -730,12 +728,12 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
     if (fresh) replay_handshake(f, *q, down_params_);
     if (from_phone) {
       q->on_uplink_segment(now, seg, down_params_);
-      if (params_.pacing.enabled && pacing_reserved()) {
+      if (pacing_on()) {
         regs_->pacers[f.down_slot].on_phone_ack(now, seg, q->ns_per_tick(), params_.pacing);
       }
-    } else {
+    } else if (!pacing_on()) {
       q->on_downlink_segment(now, seg, down_params_);
-    }
+    }  // else pace() feeds it, with the time the segment leaves
     return;
   }
   auto* d = std::get_if<DownlinkRegulator>(&slot);
@@ -762,21 +760,26 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
 [[gnu::always_inline]] inline void Engine::pace(uint32_t idx, const PacketView& v, Nanos now,
                                                 PacketResult& r) {
   const Flow& f = flows_->at(idx);
-  if (f.down_slot == kNoSlot || r.modified) return;
+  if (f.down_slot == kNoSlot || params_.downlink.policy != Policy::kRsfc) return;
   DownlinkSlot& ds = regs_->down.at(f.down_slot);
-  const auto* q = std::get_if<DownlinkQueueRegulator>(&ds.down);
+  auto* q = std::get_if<DownlinkQueueRegulator>(&ds.down);
   if (q == nullptr) return;
-  const DownlinkState st = q->state();
-  const bool steering =
-      st == DownlinkState::kSlow || st == DownlinkState::kFast || st == DownlinkState::kDrain;
-  const bool data = v.payload_len > 0;
-  const bool keep_order = data || v.fin() || v.rst();
-  const Nanos at = regs_->pacers[f.down_slot].release_at(
-      now, v.payload_len, steering && data && q->ns_per_tick() > 0, keep_order, params_.pacing);
-  if (at > now) {
-    r.release_at = at;
-    counters_.downlink_packets_paced.add();
+  Nanos at = now;
+  if (!r.modified) {
+    const DownlinkState st = q->state();
+    const bool steering =
+        st == DownlinkState::kSlow || st == DownlinkState::kFast || st == DownlinkState::kDrain;
+    const bool data = v.payload_len > 0;
+    const bool keep_order = data || v.fin() || v.rst();
+    at = regs_->pacers[f.down_slot].release_at(
+        now, v.payload_len, steering && data && q->ns_per_tick() > 0, keep_order, params_.pacing);
+    if (at > now) {
+      r.release_at = at;
+      counters_.downlink_packets_paced.add();
+    }
   }
+  // The regulator times the segment from when it leaves (feed_downlink() left it to here).
+  q->on_downlink_segment(now, at, TcpSegment::from_view(v), down_params_);
 }
 
 // --- Apply the knob ----------------------------------------------------------------------

@@ -123,6 +123,7 @@
 //
 // Driven by the engine, per flow whose downlink policy runs it (SYN and SYN-ACK included):
 //   every segment TO the phone (server data):  on_downlink_segment(now, seg, params)
+//                                               (paced: on_downlink_segment(now, leaves, ...))
 //   every segment FROM the phone:              on_uplink_segment(now, seg, params)
 //     then, for an ACK:  target_window(now, params) -> WindowDecision (regulator.h); the
 //                        engine applies the floor, the right-edge rule and the scale.
@@ -199,7 +200,15 @@ class DownlinkQueueRegulator {
   static constexpr Nanos kAckGap = 30 * kMilli;    // an ACK gap above max(this, I): outage
   static constexpr int kDrainSegments = 4;         // DRAIN: W >= this many MSS
 
-  void on_downlink_segment(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p);
+  void on_downlink_segment(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p) {
+    on_downlink_segment(now, now, s, p);
+  }
+  // A segment the gateway holds before it goes on (downlink pacing, pacer.h): it arrived at
+  // `now` and leaves at `leaves` (>= now). The queue samples and the round trip are timed from
+  // when it leaves, so that the hold is neither read as downlink queue nor sized into the
+  // window as round trip; the pacer's hold is bounded on its own (max_hold).
+  void on_downlink_segment(Nanos now, Nanos leaves, const TcpSegment& s,
+                           const DownlinkQueueParams& p);
   void on_uplink_segment(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p);
   WindowDecision target_window(Nanos now, const DownlinkQueueParams& p);
 
@@ -288,7 +297,7 @@ class DownlinkQueueRegulator {
 
   // Estimators, fed by every segment.
   void take_handshake(Nanos now, const DownlinkQueueParams& p);
-  void on_data(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p);
+  void on_data(Nanos now, Nanos leaves, const TcpSegment& s, const DownlinkQueueParams& p);
   void on_ack(Nanos now, const TcpSegment& s, std::optional<Nanos> q,
               std::optional<Nanos> forwarded, std::optional<Nanos> up,
               const DownlinkQueueParams& p);

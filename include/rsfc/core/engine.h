@@ -112,6 +112,8 @@ class Engine {
   // Pacing's state was reserved (pacing.enabled at construction). Without it a reload that
   // turns pacing on changes nothing: its state is reserved once, like the pools.
   bool pacing_reserved() const;
+  // Pacing runs: on in the parameters and reserved at start (pacing_reserved()).
+  bool pacing_on() const { return params_.pacing.enabled && pacing_reserved(); }
   uint32_t flows_max() const;
   uint32_t regulated_max() const;  // slots per knob's pool
 
