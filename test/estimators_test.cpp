@@ -199,6 +199,28 @@ TEST(TickEstimator, ADownlinkQueueGrowingOnTheEchoSideStillSnaps) {
   }
 }
 
+// A flow first seen mid-stream (adopted after a restart) has no handshake: its first tick
+// hint comes from the echoes, one span of 40 ms. Next to a download that fills the phone's
+// downlink buffer (nobody regulated it while the daemon was away) the phone's side of that span
+// is stretched, and the try matches no clock; the slopes then need seconds (a 3G upload
+// adopted next to a download stayed unregulated for 4 s in the simulator and its queue grew to
+// 2 s). The next spans try again, and a match is taken once two spans in a row agree on it:
+// here the queue stops growing at 0.5 s and the hint is 1 ms well before the slopes' 1 s.
+TEST(TickEstimator, EchoHintIsRetriedAfterASpanStretchedByADownlinkQueue) {
+  const auto filling = [](Nanos t) { return ms(15) + std::min<Nanos>(t * 6 / 10, ms(300)); };
+  Phone ph;
+  ph.ts_base = 2024;
+  ph.offset = ms(0.6);
+  ph.down = filling;
+  const TickEstimator est = run_tick(ph, ms(750), ms(5), true);
+  ASSERT_TRUE(est.known());
+  EXPECT_EQ(est.quality(), TickEstimator::Quality::kHint);
+  EXPECT_EQ(est.ns_per_tick(), 1e6);
+  // Not a guess on an HZ=300 phone: its 3.333 ms fits no clock's tolerance at 40 ms.
+  ph.tick = 3'333'333;
+  EXPECT_FALSE(run_tick(ph, ms(750), ms(5), true).known());
+}
+
 // The flow's first segments cross an outage of the link (a traced EV-DO or UMTS link stalls
 // for seconds): the SYN that anchors the arrival side arrives late, which lowers every slope
 // taken from it, so U read below the tick for tens of seconds (1 s late: U = 0.966 ms at 30

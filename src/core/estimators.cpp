@@ -96,12 +96,27 @@ void TickEstimator::on_echo(Nanos forwarded, int64_t ticks) {
   if (!lower_.anchored()) {
     echo_first_t_ = forwarded;
     echo_first_ticks_ = ticks;
-    echo_hint_tried_ = false;
-  } else if (quality_ == Quality::kUnknown && !echo_hint_tried_ &&
-             forwarded - echo_first_t_ >= kEchoHintSpan) {
-    // Provisional value from the first echoes (blind to the uplink queue); one try.
-    echo_hint_tried_ = true;
-    try_hint(forwarded - echo_first_t_, ticks - echo_first_ticks_);
+    echo_tries_ = 0;
+    echo_last_match_ = 0;
+  } else if (quality_ == Quality::kUnknown && forwarded - echo_first_t_ >= kEchoHintSpan &&
+             (echo_tries_ == 0 || !handshake_)) {
+    // Provisional value from the echoes (blind to the uplink queue, not to a downlink queue
+    // that grows or shrinks over the span). The first try's match is taken. A flow without a
+    // handshake (adopted after a restart) has no other hint before the slopes' second: after
+    // a try that matched no clock (a download filling the phone's buffer stretches the
+    // phone's side of the span; such a flow waited seconds for the slopes) the next span
+    // starts here, and a later match is taken once two spans in a row agree on it. A flow
+    // that saw its handshake keeps one try (retrying reshuffled the traced cells' starts in
+    // the simulator, for nothing in their medians).
+    const auto match = hint_match(forwarded - echo_first_t_, ticks - echo_first_ticks_);
+    const uint8_t code = match ? candidate_code(*match) : 0;
+    if (match && (echo_tries_ == 0 || echo_last_match_ == code)) {
+      publish(static_cast<double>(*match), true, Quality::kHint);
+    }
+    echo_last_match_ = code;
+    if (echo_tries_ < UINT8_MAX) ++echo_tries_;
+    echo_first_t_ = forwarded;
+    echo_first_ticks_ = ticks;
   }
   if (lower_.add(forwarded, ticks)) decide();
 }
@@ -170,12 +185,24 @@ void TickEstimator::decide() {
 }
 
 void TickEstimator::on_handshake(Nanos a_syn, int64_t t_syn, Nanos a_ack, int64_t t_ack) {
+  handshake_ = true;
   if (quality_ != Quality::kUnknown) return;
-  try_hint(a_ack - a_syn, t_ack - t_syn);
+  if (const auto match = hint_match(a_ack - a_syn, t_ack - t_syn)) {
+    publish(static_cast<double>(*match), true, Quality::kHint);
+  }
 }
 
-void TickEstimator::try_hint(Nanos span, int64_t dt) {
-  if (span < kHintMinSpan || dt < 2) return;
+uint8_t TickEstimator::candidate_code(Nanos c) {
+  for (size_t i = 0; i < kCandidates.size(); ++i) {
+    if (kCandidates[i] == c) return static_cast<uint8_t>(i + 1);
+  }
+  return 0;
+}
+
+// The one clock phones use that `dt` ticks over `span` ns fit, within one tick's quantisation
+// and kHintSlack; none when none or several fit.
+std::optional<Nanos> TickEstimator::hint_match(Nanos span, int64_t dt) {
+  if (span < kHintMinSpan || dt < 2) return std::nullopt;
   const double hint = static_cast<double>(span) / static_cast<double>(dt);
   std::optional<Nanos> match;
   for (Nanos c : kCandidates) {
@@ -183,11 +210,11 @@ void TickEstimator::try_hint(Nanos span, int64_t dt) {
     if (n <= 2.0) continue;  // one tick of quantisation could be anything
     const double tol = 1.0 / (n - 1.0) + kHintSlack;
     if (std::fabs(hint / static_cast<double>(c) - 1.0) <= tol) {
-      if (match) return;  // ambiguous
+      if (match) return std::nullopt;  // ambiguous
       match = c;
     }
   }
-  if (match) publish(static_cast<double>(*match), true, Quality::kHint);
+  return match;
 }
 
 // --- UplinkDelayEstimator ------------------------------------------------------------------

@@ -397,6 +397,11 @@ bool UplinkRegulator::drain_now(Nanos now, const Signals& s, const RsfcParams& p
   drain_at_start_ = false;
   enter_monitor(now, s, p, false);
   drain_.confirm_after_cut = true;
+  // To the floor even on a long round trip: the round trip it measured has the queue it
+  // started behind in it (its min(d) too, so t_buff reads none of it), and that queue is
+  // what made it long (a restart next to a download: 1 s, so a drain of drain_fraction x
+  // rate x that round trip left the upload unregulated for seconds).
+  window_ = std::min(window_, min_window());
   return true;
 }
 

@@ -295,13 +295,16 @@ class TickEstimator {
   bool final() const { return quality_ == Quality::kEstimated && snapped_; }  // a snap is final
   void publish(double g, bool snapped, Quality q);
   void decide();
-  void try_hint(Nanos span, int64_t dt);
+  static std::optional<Nanos> hint_match(Nanos span, int64_t dt);
+  static uint8_t candidate_code(Nanos c);  // 1 + its index in kCandidates
 
   Slope upper_{true};
   Slope lower_{false};
   Nanos echo_first_t_ = 0;  // first echo sample (provisional hint)
   int64_t echo_first_ticks_ = 0;
-  bool echo_hint_tried_ = false;
+  uint8_t echo_tries_ = 0;       // echo hint spans tried
+  uint8_t echo_last_match_ = 0;  // the last span's match (candidate_code; 0 = none)
+  bool handshake_ = false;       // on_handshake() was given a pair
   double g_ = 0;
   uint32_t version_ = 0;
   Quality quality_ = Quality::kUnknown;
