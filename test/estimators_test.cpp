@@ -169,6 +169,16 @@ INSTANTIATE_TEST_SUITE_P(
         TickCase{"hz300_growing_queue", kHz300, 42, ms(0.5), growing, true, false}),
     [](const auto& p) { return std::string(p.param.name); });
 
+// A phone whose downlink queue grows by 0.6 s a second from 15 ms until it holds `cap`
+// (a download filling the buffer nobody regulates), with its clock's phase.
+Phone downlink_filling(Nanos cap, uint32_t ts_base, Nanos offset) {
+  Phone ph;
+  ph.ts_base = ts_base;
+  ph.offset = offset;
+  ph.down = [cap](Nanos t) { return ms(15) + std::min<Nanos>(t * 6 / 10, cap); };
+  return ph;
+}
+
 // The mirror of the growing uplink queue: a download fills the phone's downlink buffer (no
 // one regulates it before the tick is known) and no handshake hint came (its span crossed a
 // scheduling gap of the link). The echo side reads low by the downlink queue over the span,
@@ -177,12 +187,8 @@ INSTANTIATE_TEST_SUITE_P(
 // unregulated for tens of seconds (the lab's UMTS and EV-DO traces, before this case).
 TEST(TickEstimator, ADownlinkQueueGrowingOnTheEchoSideStillSnaps) {
   // 2.4 s of queue within the first 4 s (512 KB at 1.7 Mbit/s), then standing.
-  const auto filling = [](Nanos t) { return ms(15) + std::min<Nanos>(t * 6 / 10, ms(2400)); };
-  Phone ph;
-  ph.ts_base = 31337;
-  ph.offset = ms(0.4);
+  Phone ph = downlink_filling(ms(2400), 31337, ms(0.4));
   ph.q = jitter;
-  ph.down = filling;
   // 1 ms (every current phone): [L, U] holds no other clock, whatever L reads.
   const TickEstimator est = run_tick(ph, 6 * kSecond, ms(5), true);
   ASSERT_TRUE(est.known());
@@ -207,11 +213,7 @@ TEST(TickEstimator, ADownlinkQueueGrowingOnTheEchoSideStillSnaps) {
 // 2 s). The next spans try again, and a match is taken once two spans in a row agree on it:
 // here the queue stops growing at 0.5 s and the hint is 1 ms well before the slopes' 1 s.
 TEST(TickEstimator, EchoHintIsRetriedAfterASpanStretchedByADownlinkQueue) {
-  const auto filling = [](Nanos t) { return ms(15) + std::min<Nanos>(t * 6 / 10, ms(300)); };
-  Phone ph;
-  ph.ts_base = 2024;
-  ph.offset = ms(0.6);
-  ph.down = filling;
+  Phone ph = downlink_filling(ms(300), 2024, ms(0.6));
   const TickEstimator est = run_tick(ph, ms(750), ms(5), true);
   ASSERT_TRUE(est.known());
   EXPECT_EQ(est.quality(), TickEstimator::Quality::kHint);

@@ -741,26 +741,37 @@ INSTANTIATE_TEST_SUITE_P(Links, SimLinks,
 // A restarted daemon adopts an upload mid-stream (docs/DESIGN.md §5a): its new controller
 // starts behind the queue that stood then and would take it for part of its minimum until the
 // first scheduled drain (seconds later). Told it was adopted, it drains at once.
+// One rsfc upload on the 3G link (and `downloads` downloads, the downlink knob off); the
+// daemon restarts at `at` for 100 ms (sim::Scenario::restart_at).
+sim::Scenario restart_on_3g(uint32_t seed, int downloads, Nanos at) {
+  sim::Scenario s = sim::three_g_link();
+  s.uploads = 1;
+  s.downloads = downloads;
+  s.uplink = Policy::kRsfc;
+  s.seed = seed;
+  s.restart_at = at;
+  s.restart_gap = 100 * kMilli;
+  return s;
+}
+
+// The median uplink queue (ms) of a run over [from, to).
+double uplink_queue_p50(const sim::Result& r, Nanos from, Nanos to) {
+  std::vector<double> q;
+  for (const auto& x : r.samples) {
+    if (x.t >= from && x.t < to) q.push_back(x.upq_ms);
+  }
+  return sim::percentile(q, 0.5);
+}
+
 TEST(SimRsfc, AdoptedUploadDrainsTheQueueItStartedBehindAtOnce) {
   auto queue_after_restart = [](bool adopt_drains, uint32_t seed) {
-    sim::Scenario s = sim::three_g_link();
-    s.uploads = 1;
-    s.downloads = 0;
-    s.uplink = Policy::kRsfc;
-    s.seed = seed;
+    sim::Scenario s = restart_on_3g(seed, 0, 8 * kSecond);
     s.warmup = 8 * kSecond;
-    s.restart_at = 8 * kSecond;
-    s.restart_gap = 100 * kMilli;
     s.adopt_drains = adopt_drains;
     s.duration = 12 * kSecond;
     sim::Simulation sim(s);
-    const sim::Result r = sim.run();
-    std::vector<double> q;  // the uplink queue 1-4 s after the restart
-    for (const auto& x : r.samples) {
-      if (x.t >= s.restart_at + 1 * kSecond && x.t < s.restart_at + 4 * kSecond)
-        q.push_back(x.upq_ms);
-    }
-    return sim::percentile(q, 0.5);
+    // The uplink queue 1-4 s after the restart.
+    return uplink_queue_p50(sim.run(), s.restart_at + 1 * kSecond, s.restart_at + 4 * kSecond);
   };
   for (uint32_t seed : {0u, 1u, 2u}) {
     const double adopted = queue_after_restart(true, seed);
@@ -782,23 +793,14 @@ TEST(SimRsfc, AdoptedUploadDrainsTheQueueItStartedBehindAtOnce) {
 // hint (DESIGN.md §3.1) brings the queue back to its level before the restart within 4 s.
 TEST(SimRsfc, AdoptedUploadNextToADownloadIsRegulatedWithinSeconds) {
   for (uint32_t seed : {0u, 1u, 2u}) {
-    sim::Scenario s = sim::three_g_link();
-    s.uploads = 1;
-    s.downloads = 1;
-    s.uplink = Policy::kRsfc;
-    s.seed = seed;
+    sim::Scenario s = restart_on_3g(seed, 1, 8 * kSecond + seed * 37 * kMilli);
     s.warmup = 2 * kSecond;
-    s.restart_at = 8 * kSecond + seed * 37 * kMilli;
-    s.restart_gap = 100 * kMilli;
     s.duration = s.restart_at + 7 * kSecond;
     sim::Simulation sim(s);
     const sim::Result r = sim.run();
-    std::vector<double> before, after;  // uplink queue 4-0 s before, 4-7 s after the restart
-    for (const auto& x : r.samples) {
-      if (x.t >= s.restart_at - 4 * kSecond && x.t < s.restart_at) before.push_back(x.upq_ms);
-      if (x.t >= s.restart_at + 4 * kSecond) after.push_back(x.upq_ms);
-    }
-    const double b = sim::percentile(before, 0.5), a = sim::percentile(after, 0.5);
+    // The uplink queue 4-0 s before and 4-7 s after the restart.
+    const double b = uplink_queue_p50(r, s.restart_at - 4 * kSecond, s.restart_at);
+    const double a = uplink_queue_p50(r, s.restart_at + 4 * kSecond, s.duration);
     std::printf("seed %u: uplink queue p50 %.0f ms before the restart, %.0f ms 4-7 s after\n", seed,
                 b, a);
     EXPECT_LT(a, b + 50.0) << "seed " << seed;

@@ -96,10 +96,10 @@ void TickEstimator::on_echo(Nanos forwarded, int64_t ticks) {
   if (!lower_.anchored()) {
     echo_first_t_ = forwarded;
     echo_first_ticks_ = ticks;
-    echo_tries_ = 0;
+    echo_tried_ = false;
     echo_last_match_ = 0;
   } else if (quality_ == Quality::kUnknown && forwarded - echo_first_t_ >= kEchoHintSpan &&
-             (echo_tries_ == 0 || !handshake_)) {
+             (!echo_tried_ || !handshake_)) {
     // Provisional value from the echoes (blind to the uplink queue, not to a downlink queue
     // that grows or shrinks over the span). The first try's match is taken. A flow without a
     // handshake (adopted after a restart) has no other hint before the slopes' second: after
@@ -108,13 +108,10 @@ void TickEstimator::on_echo(Nanos forwarded, int64_t ticks) {
     // starts here, and a later match is taken once two spans in a row agree on it. A flow
     // that saw its handshake keeps one try (retrying reshuffled the traced cells' starts in
     // the simulator, for nothing in their medians).
-    const auto match = hint_match(forwarded - echo_first_t_, ticks - echo_first_ticks_);
-    const uint8_t code = match ? candidate_code(*match) : 0;
-    if (match && (echo_tries_ == 0 || echo_last_match_ == code)) {
-      publish(static_cast<double>(*match), true, Quality::kHint);
-    }
-    echo_last_match_ = code;
-    if (echo_tries_ < UINT8_MAX) ++echo_tries_;
+    const uint8_t match = hint_match(forwarded - echo_first_t_, ticks - echo_first_ticks_);
+    if (match != 0 && (!echo_tried_ || echo_last_match_ == match)) publish_hint(match);
+    echo_last_match_ = match;
+    echo_tried_ = true;
     echo_first_t_ = forwarded;
     echo_first_ticks_ = ticks;
   }
@@ -187,31 +184,23 @@ void TickEstimator::decide() {
 void TickEstimator::on_handshake(Nanos a_syn, int64_t t_syn, Nanos a_ack, int64_t t_ack) {
   handshake_ = true;
   if (quality_ != Quality::kUnknown) return;
-  if (const auto match = hint_match(a_ack - a_syn, t_ack - t_syn)) {
-    publish(static_cast<double>(*match), true, Quality::kHint);
-  }
-}
-
-uint8_t TickEstimator::candidate_code(Nanos c) {
-  for (size_t i = 0; i < kCandidates.size(); ++i) {
-    if (kCandidates[i] == c) return static_cast<uint8_t>(i + 1);
-  }
-  return 0;
+  if (const uint8_t match = hint_match(a_ack - a_syn, t_ack - t_syn)) publish_hint(match);
 }
 
 // The one clock phones use that `dt` ticks over `span` ns fit, within one tick's quantisation
-// and kHintSlack; none when none or several fit.
-std::optional<Nanos> TickEstimator::hint_match(Nanos span, int64_t dt) {
-  if (span < kHintMinSpan || dt < 2) return std::nullopt;
+// and kHintSlack, as 1 + its index in kCandidates; 0 when none or several fit.
+uint8_t TickEstimator::hint_match(Nanos span, int64_t dt) {
+  if (span < kHintMinSpan || dt < 2) return 0;
   const double hint = static_cast<double>(span) / static_cast<double>(dt);
-  std::optional<Nanos> match;
-  for (Nanos c : kCandidates) {
-    const double n = static_cast<double>(span) / static_cast<double>(c);  // ticks in the span
-    if (n <= 2.0) continue;  // one tick of quantisation could be anything
+  uint8_t match = 0;
+  for (size_t i = 0; i < kCandidates.size(); ++i) {
+    const auto c = static_cast<double>(kCandidates[i]);
+    const double n = static_cast<double>(span) / c;  // ticks in the span
+    if (n <= 2.0) continue;                          // one tick of quantisation could be anything
     const double tol = 1.0 / (n - 1.0) + kHintSlack;
-    if (std::fabs(hint / static_cast<double>(c) - 1.0) <= tol) {
-      if (match) return std::nullopt;  // ambiguous
-      match = c;
+    if (std::fabs(hint / c - 1.0) <= tol) {
+      if (match != 0) return 0;  // ambiguous
+      match = static_cast<uint8_t>(i + 1);
     }
   }
   return match;
@@ -280,7 +269,7 @@ std::optional<Nanos> UplinkDelayEstimator::on_segment(Nanos now, uint32_t tsval,
   dmin_.update(now, d, horizon, ticks - ref_t_);
   const auto m = dmin_.get(now, horizon);
   const Nanos tb = m && d > m->value ? d - m->value : 0;
-  const double tol = std::max(static_cast<double>(kConfirmFloor), g_used_);
+  const double tol = confirm_tolerance();
   if (before && m && static_cast<double>(before->value - m->value) > tol) {
     ++min_drops_;  // a delay below the minimum: it had a queue in it (or the route shortened)
   }

@@ -395,13 +395,7 @@ void UplinkRegulator::startup(Nanos now, const Signals& s, const RsfcParams& p) 
 bool UplinkRegulator::drain_now(Nanos now, const Signals& s, const RsfcParams& p) {
   if (!drain_at_start_ || !s.sending) return false;
   drain_at_start_ = false;
-  enter_monitor(now, s, p, false);
-  drain_.confirm_after_cut = true;
-  // To the floor even on a long round trip: the round trip it measured has the queue it
-  // started behind in it (its min(d) too, so t_buff reads none of it), and that queue is
-  // what made it long (a restart next to a download: 1 s, so a drain of drain_fraction x
-  // rate x that round trip left the upload unregulated for seconds).
-  window_ = std::min(window_, min_window());
+  enter_monitor(now, s, p, false, true);
   return true;
 }
 
@@ -576,7 +570,8 @@ void UplinkRegulator::monitor(Nanos now, const Signals& s, const RsfcParams& p) 
   // the upload lost 6 points on a swinging 3G link in the simulator.
   if (drain_.confirm_after_cut) {
     const auto md = delay_.min_delay(now, horizon(p));
-    if (md && drain_.min_at_step && *drain_.min_at_step - *md > confirm_tolerance()) {
+    if (md && drain_.min_at_step &&
+        static_cast<double>(*drain_.min_at_step - *md) > delay_.confirm_tolerance()) {
       drain_.fell_at = now;
     }
     drain_.min_at_step = md;
@@ -642,20 +637,25 @@ bool UplinkRegulator::refresh_due(Nanos now, const RsfcParams& p) const {
 }
 
 void UplinkRegulator::enter_monitor(Nanos now, const Signals& s, const RsfcParams& p,
-                                    bool scheduled) {
+                                    bool scheduled, bool adopted) {
   state_ = RsfcState::kMonitor;
   drain_.since = now;
   restart_drain_measurement();
   drain_.scheduled = scheduled;
-  drain_.confirm_after_cut = false;
+  drain_.confirm_after_cut = adopted;
   drain_.rate_before = s.rate;
+  drain_.min_at_step = delay_.min_delay(now, horizon(p));
+  drain_.fell_at = 0;
   // Until a drain has confirmed min(d), the round trip itself may contain a queue taken for
   // the baseline (a flow that started behind its siblings' queue: its minimum, its round
   // trip and so a rate x RTT drain are all inflated by it): drain to the floor, once. Not on a
-  // long round trip: there each step of the floor window lasts a round trip of seconds.
-  drain_.min_at_step = delay_.min_delay(now, horizon(p));
-  drain_.fell_at = 0;
-  const double drain = (ts_ && !drain_confirmed_ && !s.long_round_trip)
+  // long round trip: there each step of the floor window lasts a round trip of seconds;
+  // except for an adopted flow, whose round trip has the queue it started behind in it (its
+  // min(d) too, so t_buff reads none of it), and that queue is what made it long (a restart
+  // next to a download: 1 s, so a drain of drain_fraction x rate x that round trip left the
+  // upload unregulated for seconds).
+  const bool to_floor = adopted || (ts_ && !drain_confirmed_ && !s.long_round_trip);
+  const double drain = to_floor
                            ? min_window()
                            : std::max(p.drain_fraction * s.rate * seconds(s.rtt_now), min_window());
   drain_.window_before = window_;

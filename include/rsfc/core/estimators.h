@@ -8,6 +8,7 @@
 // packets BEFORE the downlink buffer.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -295,15 +296,17 @@ class TickEstimator {
   bool final() const { return quality_ == Quality::kEstimated && snapped_; }  // a snap is final
   void publish(double g, bool snapped, Quality q);
   void decide();
-  static std::optional<Nanos> hint_match(Nanos span, int64_t dt);
-  static uint8_t candidate_code(Nanos c);  // 1 + its index in kCandidates
+  static uint8_t hint_match(Nanos span, int64_t dt);  // 1 + index in kCandidates; 0 = none
+  void publish_hint(uint8_t match) {
+    publish(static_cast<double>(kCandidates[match - 1u]), true, Quality::kHint);
+  }
 
   Slope upper_{true};
   Slope lower_{false};
   Nanos echo_first_t_ = 0;  // first echo sample (provisional hint)
   int64_t echo_first_ticks_ = 0;
-  uint8_t echo_tries_ = 0;       // echo hint spans tried
-  uint8_t echo_last_match_ = 0;  // the last span's match (candidate_code; 0 = none)
+  uint8_t echo_last_match_ = 0;  // the last span's hint_match()
+  bool echo_tried_ = false;      // an echo span was tried
   bool handshake_ = false;       // on_handshake() was given a pair
   double g_ = 0;
   uint32_t version_ = 0;
@@ -348,6 +351,8 @@ class UplinkDelayEstimator {
   // Last time a sample was within max(kConfirmFloor, g) of the minimum (or set a new one):
   // evidence that the buffer was empty then and min(d) is current.
   Nanos min_confirmed_at() const { return confirmed_at_; }
+  // A sample within this of the minimum is at it, ns; a fall by more is a new low.
+  double confirm_tolerance() const { return std::max(static_cast<double>(kConfirmFloor), g_used_); }
   bool has_min_confirmation() const { return confirmed_; }
   // Counts the times min(d) rose (an old minimum aged out of the horizon, a re-base after a
   // tick change, an idle restart, raise_baseline): a confirmation against a risen minimum may

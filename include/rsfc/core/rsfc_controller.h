@@ -277,7 +277,9 @@ class UplinkRegulator {
   // MONITOR.
   bool refresh_due(Nanos now, const RsfcParams& p) const;
   bool drain_now(Nanos now, const Signals& s, const RsfcParams& p);
-  void enter_monitor(Nanos now, const Signals& s, const RsfcParams& p, bool scheduled);
+  // `adopted`: the first drain of a flow adopted mid-stream (drain_now()).
+  void enter_monitor(Nanos now, const Signals& s, const RsfcParams& p, bool scheduled,
+                     bool adopted = false);
   void track_drain(Nanos now, const Signals& s, const RsfcParams& p);
   void end_drain(Nanos now, const Signals& s, const RsfcParams& p);
   void leave_monitor(Nanos now, bool evidence);
@@ -295,11 +297,6 @@ class UplinkRegulator {
   // A cut of W holds once the server acknowledged everything sent under the old right edge.
   bool cut_in_force() const { return !edge_known_ || !ack_known_ || seq_ge(ack_max_, cut_edge_); }
   Nanos confirmed_at() const { return ts_ ? delay_.min_confirmed_at() : lag_confirmed_at_; }
-  // A one-way delay within this of min(d) is at the minimum (UplinkDelayEstimator).
-  Nanos confirm_tolerance() const {
-    return std::max(UplinkDelayEstimator::kConfirmFloor,
-                    static_cast<Nanos>(delay_.tick().ns_per_tick()));
-  }
   bool has_confirmation() const { return ts_ ? delay_.has_min_confirmation() : lag_confirmed_; }
 
   // Estimators.
