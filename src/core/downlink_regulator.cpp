@@ -290,7 +290,12 @@ void DownlinkQueueRegulator::add_rtt(Nanos now, Nanos rtt_no_queue, const Downli
 
 WindowDecision DownlinkQueueRegulator::target_window(Nanos now, const DownlinkQueueParams& p) {
   WindowDecision d;
-  if (now >= next_step_) d.stepped = step(now, p);
+  if (now >= next_step_) {
+    d.stepped = step(now, p);
+    d.held = !d.stepped && clamping_ &&
+             (state_ == DownlinkState::kSlow || state_ == DownlinkState::kFast ||
+              state_ == DownlinkState::kDrain);
+  }
   if (state_ == DownlinkState::kNoTimestamps) return d;  // kNoClamp
   d.window = clamping_ ? window() : startup_window(p);
   // The right edge this asks for; a cut holds once the phone acknowledged up to the highest.

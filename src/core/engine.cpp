@@ -931,6 +931,7 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, Decisi
 WindowDecision Engine::downlink_target(DownlinkSlot& r, Nanos now) {
   if (auto* q = std::get_if<DownlinkQueueRegulator>(&r.down)) {
     const WindowDecision d = q->target_window(now, down_params_);
+    if (d.held) counters_.downlink_steps_held.add();
     count_downlink_health(r);
     return d;
   }

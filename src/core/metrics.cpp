@@ -222,6 +222,12 @@ constexpr QueueFamily<CoreCounters> kDownlinkFamilies[] = {
      "Flows the downlink queue regulator leaves unclamped because they carry no TCP "
      "timestamps.",
      &CoreCounters::downlink_flows_no_timestamps},
+    {"rsfcd_downlink_steps_held_total", "counter",
+     "Control steps of the downlink queue regulator that were due but found a signal missing "
+     "(no rate sample within its window, no queue or round-trip reading) and held the window "
+     "where the last step left it; no decision is logged for them. A slow link whose delayed "
+     "ACKs come further apart than the control interval holds for seconds (docs/DESIGN.md §8).",
+     &CoreCounters::downlink_steps_held},
     {"rsfcd_downlink_packets_paced_total", "counter",
      "Packets to subscribers whose verdict waited for the downlink pacer (pacing.enabled): "
      "the download's data, released no faster than pacing.gain x the phone's receive rate.",

@@ -21,6 +21,10 @@ constexpr uint32_t kNoClamp = std::numeric_limits<uint32_t>::max();
 struct WindowDecision {
   uint32_t window = kNoClamp;  // target bytes; kNoClamp = do not clamp
   bool stepped = false;        // a control step ran during this call: log a decision
+  // A control step was due but a signal it needs was missing (the downlink queue regulator
+  // past its startup: no rate, queue or round-trip reading): the window stays where the last
+  // step left it. No decision is logged; the engine counts it.
+  bool held = false;
 };
 
 // What the regulated upload flows of one subscriber share. They fill one uplink buffer, so
