@@ -1705,9 +1705,10 @@ TEST(EngineDownlinkRsfc, GrowingDownlinkQueueGetsTheWindowClamped) {
   EXPECT_EQ(e.counters().drwa_windows_applied.get(), 0u);
   EXPECT_EQ(e.counters().downlink_flows_no_timestamps.get(), 0u);
   // This script's server ignores the window, so the queue cannot shrink: a drain's path check
-  // takes it for a longer path and re-bases, and no round trip is measured after that (about
-  // 2.9 s in). From then on every step that comes due finds no round trip and holds the
-  // window: counted, though no decision is logged.
+  // takes it for a longer path and re-bases (about 2.9 s in), which forgets the round trip.
+  // None is measured again: the server has far more timed segments out than the regulator
+  // remembers forwarding times for (16), so no ACK finds its segment's. From then on every
+  // step that comes due holds the window: counted, though no decision is logged.
   EXPECT_GT(e.counters().downlink_steps_held.get(), 100u);
   EXPECT_EQ(in_any_downlink_state(e), 1u);
   // The decision log: downlink records with the queue they regulate.
