@@ -598,6 +598,38 @@ TEST(RsfcController, AdoptedDrainWaitsForTheBufferToStopDraining) {
   EXPECT_GE(*s.last().t_buff, ms(30));
 }
 
+// An adopted flow's phone-side minimum round trip comes from the gateway's echo samples, a
+// few per round trip; its min(d) from every segment. When the drain empties the buffer only
+// for a moment, min(d) sees it and the echoes may not: the minimum round trip then keeps the
+// queue the flow started behind, T (clamped from it) sits at its 80 ms ceiling, and a queue
+// held under that T never empties to correct it (lab, restart test after kill -9: T 80 ms
+// on a 40 ms path, the phone's RTT 107 ms against 64 ms before the restart, for 6 s). Here
+// the buffer drains from 150 to 55 ms, is empty for 60 ms, then stands at 55 ms: min(d) sees
+// the empty buffer, the minimum round trip keeps 30 ms of queue (82 ms). T must come from the
+// round trip without the queue (about 58 ms here), not from that minimum (80 ms without it).
+TEST(RsfcController, AdoptedFlowsThresholdFollowsTheRoundTripWithoutItsQueue) {
+  Script s;
+  s.reg().on_adopted();
+  std::optional<Nanos> drain_from;
+  const auto q = [&s, &drain_from](Nanos t) -> Nanos {
+    if (!drain_from && s.reg().state() == RsfcState::kMonitor) drain_from = t;
+    if (!drain_from) return ms(150);
+    const Nanos since = t - *drain_from;
+    if (since < ms(200)) return ms(55) + (ms(95) * (ms(200) - since)) / ms(200);
+    if (since < ms(260)) return 0;
+    return ms(55);
+  };
+  s.send(ms(6000), kRate, q);
+  ASSERT_TRUE(drain_from.has_value()) << "no drain";
+  ASSERT_TRUE(s.reg().rtt_min().has_value());
+  std::printf("adopted: minimum round trip %.1f ms, rtt %.1f ms, t_buff %.1f ms, T %.1f ms\n",
+              static_cast<double>(*s.reg().rtt_min()) / 1e6,
+              static_cast<double>(s.reg().rtt_used().value_or(-1)) / 1e6,
+              static_cast<double>(s.last().t_buff.value_or(-1)) / 1e6,
+              static_cast<double>(s.reg().threshold()) / 1e6);
+  EXPECT_LE(s.reg().threshold(), ms(65));
+}
+
 // Once a drain has confirmed the minimum, a buffer that empties on its own is the same
 // evidence: no further drains (each costs the upload throughput). A buffer that stops
 // emptying brings them back.

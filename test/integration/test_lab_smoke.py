@@ -107,9 +107,13 @@ def test_3g_smoke_downlink_pacing(prerequisites):
         "rsfcd_pacing_packets_held_total"), m
     assert m.get("rsfcd_pacing_hold_overflow_total", 0) == 0, m
     # Exactly one verdict per packet: every packet received has had its verdict or is held
-    # now (the metrics are read while the last packets may still wait).
-    assert (m.get("rsfcd_queue_verdicts_total") + m.get("rsfcd_pacing_packets_held") ==
-            m.get("rsfcd_queue_packets_received_total")), m
+    # now. The metrics are read while the last packets may still move, one counter after
+    # another: a held packet released between the reads of the verdicts and the held gauge
+    # is in neither (CI once: 21253 + 59 against 21313 received). So a packet or two of
+    # slack; two verdicts or none for held packets would be off by hundreds (1000+ held).
+    unaccounted = (m.get("rsfcd_queue_packets_received_total") -
+                   m.get("rsfcd_queue_verdicts_total") - m.get("rsfcd_pacing_packets_held"))
+    assert abs(unaccounted) <= 2, (unaccounted, m)
     assert m.get("rsfcd_verdicts_lost_total", 0) == 0, m
     assert both.rtt_p95_ms <= 250, both.rtt_p95_ms
     assert both.dl_mbps >= 0.8 * link.down.rate_bps * fraction / 1e6
