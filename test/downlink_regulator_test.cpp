@@ -89,6 +89,44 @@ TEST(DownlinkQueueRegulator, WithoutTimestampsNoClampAndSaysSo) {
   }
 }
 
+// The scripted phone's TSval at gateway time t (a 1 ms clock).
+uint32_t phone_ts(Nanos t) {
+  return 5000u + static_cast<uint32_t>(t / kMilli);
+}
+
+// A scripted download's handshake with timestamps: the phone's SYN at 0, the server's SYN-ACK
+// half of `server` later (the server ISN 7000, its clock at 300), the phone's ACK a round trip
+// of `path` each way after that. Returns that ACK, to send the flow's later ACKs from.
+TcpSegment open_flow(DownlinkQueueRegulator& reg, const DownlinkQueueParams& p, Nanos server,
+                     Nanos path) {
+  TcpSegment syn;
+  syn.seq = 1000;
+  syn.flags = tcpflag::kSyn;
+  syn.mss_option = 1460;
+  syn.has_ts = true;
+  syn.tsval = phone_ts(0);
+  reg.on_uplink_segment(0, syn, p);
+  TcpSegment synack;
+  synack.seq = 7000;
+  synack.ack = 1001;
+  synack.flags = tcpflag::kSyn | tcpflag::kAck;
+  synack.mss_option = 1460;
+  synack.has_ts = true;
+  synack.tsval = 300;
+  synack.tsecr = syn.tsval;
+  reg.on_downlink_segment(server / 2, synack, p);
+  TcpSegment ack;
+  ack.seq = 1001;
+  ack.ack = 7001;
+  ack.flags = tcpflag::kAck;
+  ack.has_ts = true;
+  ack.tsval = phone_ts(server / 2 + path);
+  ack.tsecr = 300;
+  reg.on_uplink_segment(server / 2 + 2 * path, ack, p);
+  (void)reg.target_window(server / 2 + 2 * path, p);
+  return ack;
+}
+
 // A download the gateway's pacer (pacer.h) holds: the regulator times each segment from when
 // it leaves, so the hold is not read as downlink queue. Scripted: a server sending 1448-byte
 // segments every 7 ms, the phone 20 ms from the gateway each way with no queue, ACKing every
@@ -102,32 +140,7 @@ TEST(DownlinkQueueRegulator, HeldSegmentsAreTimedFromTheirRelease) {
     DownlinkQueueRegulator reg;
     const DownlinkQueueParams p;
     const Nanos path = 20 * kMilli;
-    const auto phone_ts = [](Nanos t) { return 5000u + static_cast<uint32_t>(t / kMilli); };
-    TcpSegment syn;
-    syn.seq = 1000;
-    syn.flags = tcpflag::kSyn;
-    syn.mss_option = 1460;
-    syn.has_ts = true;
-    syn.tsval = phone_ts(0);
-    reg.on_uplink_segment(0, syn, p);
-    TcpSegment synack;
-    synack.seq = 7000;
-    synack.ack = 1001;
-    synack.flags = tcpflag::kSyn | tcpflag::kAck;
-    synack.mss_option = 1460;
-    synack.has_ts = true;
-    synack.tsval = 300;
-    synack.tsecr = syn.tsval;
-    reg.on_downlink_segment(10 * kMilli, synack, p);
-    TcpSegment ack;
-    ack.seq = 1001;
-    ack.ack = 7001;
-    ack.flags = tcpflag::kAck;
-    ack.has_ts = true;
-    ack.tsval = phone_ts(30 * kMilli);
-    ack.tsecr = 300;
-    reg.on_uplink_segment(10 * kMilli + 2 * path, ack, p);
-    (void)reg.target_window(10 * kMilli + 2 * path, p);
+    TcpSegment ack = open_flow(reg, p, 20 * kMilli, path);
     // The segments in flight: (the ACK reaches the gateway at, its ACK number, its TSval).
     std::vector<std::tuple<Nanos, uint32_t, uint32_t>> acks;
     uint32_t seq = 7001;
@@ -195,32 +208,7 @@ TEST(DownlinkQueueRegulator, AStepWithoutARateIsReportedHeld) {
   const Nanos server = 10 * kMilli;    // gateway -> server -> gateway
   const Nanos service = 116 * kMilli;  // one 1448-byte segment at 100 kbit/s
   const Nanos thin_from = 6 * kSecond;
-  const auto phone_ts = [](Nanos t) { return 5000u + static_cast<uint32_t>(t / kMilli); };
-  TcpSegment syn;
-  syn.seq = 1000;
-  syn.flags = tcpflag::kSyn;
-  syn.mss_option = 1460;
-  syn.has_ts = true;
-  syn.tsval = phone_ts(0);
-  reg.on_uplink_segment(0, syn, p);
-  TcpSegment synack;
-  synack.seq = 7000;
-  synack.ack = 1001;
-  synack.flags = tcpflag::kSyn | tcpflag::kAck;
-  synack.mss_option = 1460;
-  synack.has_ts = true;
-  synack.tsval = 300;
-  synack.tsecr = syn.tsval;
-  reg.on_downlink_segment(server / 2, synack, p);
-  TcpSegment ack;
-  ack.seq = 1001;
-  ack.ack = 7001;
-  ack.flags = tcpflag::kAck;
-  ack.has_ts = true;
-  ack.tsval = phone_ts(server / 2 + path);
-  ack.tsecr = 300;
-  reg.on_uplink_segment(server / 2 + 2 * path, ack, p);
-  (void)reg.target_window(server / 2 + 2 * path, p);
+  TcpSegment ack = open_flow(reg, p, server, path);
   // Events in time order: a segment forwarded to the phone, or an ACK reaching the gateway
   // (its ACK number and TSval).
   struct Event {

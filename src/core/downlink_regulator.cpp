@@ -292,9 +292,9 @@ WindowDecision DownlinkQueueRegulator::target_window(Nanos now, const DownlinkQu
   WindowDecision d;
   if (now >= next_step_) {
     d.stepped = step(now, p);
-    d.held = !d.stepped && clamping_ &&
-             (state_ == DownlinkState::kSlow || state_ == DownlinkState::kFast ||
-              state_ == DownlinkState::kDrain);
+    // Past its startup (the only way out of which sets clamping_), a step not ready held.
+    d.held = !d.stepped && (state_ == DownlinkState::kSlow || state_ == DownlinkState::kFast ||
+                            state_ == DownlinkState::kDrain);
   }
   if (state_ == DownlinkState::kNoTimestamps) return d;  // kNoClamp
   d.window = clamping_ ? window() : startup_window(p);

@@ -242,12 +242,19 @@ UplinkRegulator::Signals UplinkRegulator::measure(Nanos now, const RsfcParams& p
     s.phone_half = ph->value;
     s.rtt_min = ph->value + s.server_half;
   }
-  s.threshold = threshold_for(s.rtt_min, p);
   if (ts_) {
     measure_timestamps(now, s, p);
   } else if (ph) {
     measure_lag(now, s, p);
   }
+  // T from the minimum round trip. A flow that started without its handshake (adopted after a
+  // restart, or regulated after a reload) took its phone-side minimum behind the queue that stood
+  // then. Held below T, that queue never empties, the minimum keeps it, and T, clamped from the
+  // minimum, stays high enough to hold it (lab: an adopted upload at T 80 ms on a 40 ms path, its
+  // level 40 ms above the one before the restart, for 6 s). The round trip without the own queue is
+  // then below that minimum: T comes from it.
+  const bool queue_in_min = !handshake_taken_ && s.rtt && s.rtt_min && *s.rtt < *s.rtt_min;
+  s.threshold = threshold_for(queue_in_min ? s.rtt : s.rtt_min, p);
   s.interval = control_interval(s, p);
   s.own_rate = delivered_.max(now, s.interval);
   s.link_rate = std::max(s.own_rate, sub_ ? sub_->rate(now, s.interval) : 0.0);
@@ -283,13 +290,6 @@ void UplinkRegulator::measure_timestamps(Nanos now, Signals& s, const RsfcParams
   s.rtt_now = phone_now + s.server_half;
   s.rtt = std::llround(phone_rtt_avg_.has() ? phone_rtt_avg_.get() : phone_rtt_now_.get()) +
           s.server_half;
-  // A flow that started without its handshake (adopted after a restart, or regulated after a
-  // reload) took its phone-side minimum behind the queue that stood then. Held below T, that
-  // queue never empties, the minimum keeps it, and T, clamped from the minimum, stays high
-  // enough to hold it (lab: an adopted upload at T 80 ms on a 40 ms path, its level 40 ms
-  // above the one before the restart, for 6 s). The round trip without the own queue is then
-  // below that minimum: T comes from it.
-  if (!handshake_taken_ && s.rtt_min && *s.rtt < *s.rtt_min) s.threshold = threshold_for(s.rtt, p);
 }
 
 // The link under the flow since the previous step. A standing queue of the flow's own keeps
