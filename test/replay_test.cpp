@@ -528,6 +528,116 @@ TEST(Replay, HeaderOnlyCaptureDecidesAsTheWholeOne) {
              "checksums not checked)");
 }
 
+// A 2G download (lab/EXPERIMENTS.md Q23) as a capture: the phone 95 ms from the gateway each
+// way, 116 ms to deliver a 1448-byte segment; every segment acknowledged for 6 s, then two
+// segments a round trip acknowledged together. The ACKs come further apart than the control
+// interval, so no delivered rate closes and the downlink regulator's steps hold its window:
+// the summary says how many (the daemon's rsfcd_downlink_steps_held_total).
+Capture thin_download() {
+  Capture c;
+  const uint32_t us_path = 95'000, us_service = 116'000, us_server = 10'000;
+  constexpr uint32_t kSrvIsn = 7000, kPhIsn = 1000;
+  const auto phone_ts = [](uint32_t us) { return 5000u + us / 1000; };
+  auto at = [&c](uint32_t us, const TcpSpec& spec) {
+    c.us = us;
+    c.tcp(spec);
+  };
+  auto phone = [&](uint32_t us, TcpSpec spec) {
+    spec.src = "198.18.0.2", spec.dst = "198.19.0.2", spec.sport = 40002, spec.dport = 80;
+    at(us, spec);
+  };
+  auto server = [&](uint32_t us, TcpSpec spec) {
+    spec.src = "198.19.0.2", spec.dst = "198.18.0.2", spec.sport = 80, spec.dport = 40002;
+    at(us, spec);
+  };
+  phone(0, {.seq = kPhIsn,
+            .flags = tcpflag::kSyn,
+            .window = 64240,
+            .mss = 1460,
+            .wscale = 7,
+            .sack_permitted = true,
+            .timestamps = true,
+            .tsval = phone_ts(0)});
+  server(us_server / 2, {.seq = kSrvIsn,
+                         .ack = kPhIsn + 1,
+                         .flags = tcpflag::kSyn | tcpflag::kAck,
+                         .window = 65160,
+                         .mss = 1460,
+                         .wscale = 7,
+                         .sack_permitted = true,
+                         .timestamps = true,
+                         .tsval = 300,
+                         .tsecr = phone_ts(0)});
+  uint32_t acked = kSrvIsn + 1;
+  auto ack = [&](uint32_t us, uint32_t received_us) {
+    phone(us, {.seq = kPhIsn + 1,
+               .ack = acked,
+               .window = 2000,  // 256 KB at scale 7
+               .timestamps = true,
+               .tsval = phone_ts(received_us),
+               .tsecr = 300});
+  };
+  ack(us_server / 2 + 2 * us_path, us_server / 2 + us_path);
+  // Events in time order: (gateway time, data?, sequence end for an ACK, phone time).
+  struct Event {
+    uint32_t us;
+    bool data;
+    uint32_t seq;
+    uint32_t received;
+  };
+  std::vector<Event> ev;
+  uint32_t seq = kSrvIsn + 1;
+  const uint32_t thin_from = 6'000'000;
+  uint32_t fwd = 300'000;
+  for (; fwd < thin_from; fwd += us_service) {
+    ev.push_back({fwd, true, seq, 0});
+    seq += 1448;
+    const uint32_t received = fwd + us_path + us_service;
+    ev.push_back({received + us_path, false, seq, received});
+  }
+  for (uint32_t t = fwd + 2 * us_path + us_service; t < 30'000'000;) {
+    const uint32_t f = t + us_server;
+    ev.push_back({f, true, seq, 0});
+    ev.push_back({f, true, seq + 1448, 0});
+    seq += 2 * 1448;
+    const uint32_t received = f + us_path + 2 * us_service;
+    t = received + us_path;
+    ev.push_back({t, false, seq, received});
+  }
+  std::stable_sort(ev.begin(), ev.end(),
+                   [](const Event& a, const Event& b) { return a.us < b.us; });
+  for (const Event& e : ev) {
+    if (e.data) {
+      server(e.us, {.seq = e.seq,
+                    .ack = kPhIsn + 1,
+                    .window = 501,
+                    .timestamps = true,
+                    .tsval = 300 + e.us / 1000,
+                    .tsecr = phone_ts(e.us),
+                    .payload_len = 1448});
+    } else {
+      acked = e.seq;
+      ack(e.us, e.received);
+    }
+  }
+  return c;
+}
+
+TEST(Replay, HeldDownlinkStepsAreReported) {
+  Summary s;
+  const auto lines = replay_lines(thin_download(), s);
+  EXPECT_GT(s.decision_records, 5u) << "the download is regulated while every segment is ACKed";
+  EXPECT_GT(s.engine_downlink_steps_held, 20u);
+  EXPECT_HAS(to_json(s), "\"downlink_steps_held\":" + std::to_string(s.engine_downlink_steps_held));
+  EXPECT_HAS(to_text(s), std::to_string(s.engine_downlink_steps_held) +
+                             " downlink control steps came due without a delivered rate");
+  // A capture whose ACKs close their rate samples holds nothing, and says nothing of it.
+  Summary busy;
+  (void)replay_lines(two_way(3000, 0), busy);
+  EXPECT_EQ(busy.engine_downlink_steps_held, 0u);
+  EXPECT_EQ(to_text(busy).find("downlink control steps"), std::string::npos);
+}
+
 // A snap length that cuts into the TCP options (60 bytes: Ethernet + VLAN, IPv4, 20 bytes of
 // TCP, 2 of its 12 option bytes): those records are counted, never half-parsed.
 TEST(Replay, RecordsCutInsideTheirHeadersAreCountedNotParsed) {

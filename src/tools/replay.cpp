@@ -408,6 +408,7 @@ Summary Replayer::finish() {
   s_.engine_right_edge_holds = c.right_edge_holds[0].get() + c.right_edge_holds[1].get();
   s_.engine_floor_holds = c.floor_holds[0].get() + c.floor_holds[1].get();
   s_.engine_rst_ignored = c.rst_ignored.get();
+  s_.engine_downlink_steps_held = c.downlink_steps_held.get();
   s_.first_time = first_;
   s_.last_time = last_;
   return s_;
@@ -527,7 +528,8 @@ std::string to_json(const Summary& s) {
                               {"flows_table_full", s.engine_flows_table_full},
                               {"right_edge_holds", s.engine_right_edge_holds},
                               {"floor_holds", s.engine_floor_holds},
-                              {"rst_ignored", s.engine_rst_ignored}}));
+                              {"rst_ignored", s.engine_rst_ignored},
+                              {"downlink_steps_held", s.engine_downlink_steps_held}}));
   o.resize(o.size() - 2);  // the last line has no comma
   o += "\n}\n";
   return o;
@@ -603,6 +605,11 @@ std::string to_text(const Summary& s) {
     add("  %llu RSTs outside their receiver's window passed without closing their flows "
         "(RFC 5961: blind or stale resets)\n",
         static_cast<unsigned long long>(s.engine_rst_ignored));
+  }
+  if (s.engine_downlink_steps_held > 0) {
+    add("  %llu downlink control steps came due without a delivered rate to step on (the "
+        "phone's ACKs further apart than the control interval): each held its window\n",
+        static_cast<unsigned long long>(s.engine_downlink_steps_held));
   }
   const uint64_t not_sub = s.outcomes[static_cast<size_t>(Outcome::kNotSubscriber)];
   if (not_sub > 0) {

@@ -120,7 +120,10 @@ struct Summary {
   // From the engine's own counters.
   uint64_t engine_flows_created = 0, engine_flows_unregulated = 0, engine_flows_evicted = 0,
            engine_flows_table_full = 0, engine_right_edge_holds = 0, engine_floor_holds = 0,
-           engine_rst_ignored = 0;   // RSTs outside their receiver's window (RFC 5961)
+           engine_rst_ignored = 0;  // RSTs outside their receiver's window (RFC 5961)
+  // Downlink steps that came due without a signal to step on (no delivered rate: the phone's
+  // ACKs came further apart than the control interval): the window held where it was.
+  uint64_t engine_downlink_steps_held = 0;
   std::optional<std::string> error;  // the capture could not be read to its end
 
   // ACKs rewritten / ACKs seen, over knobs that enforce (static, rsfc, drwa); nullopt if none.
