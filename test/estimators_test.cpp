@@ -205,6 +205,37 @@ TEST(TickEstimator, ADownlinkQueueGrowingOnTheEchoSideStillSnaps) {
   }
 }
 
+// The echo side gets its anchor and then no more samples: an echo needs the forwarding time
+// of the data it answers, and a download whose first window filled a 2G buffer (its ACKs
+// behind an upload) outran the times kept (lab, EXPERIMENTS Q24). The arrival side is clean.
+// It waits for the echo side's value for kSideWait, then decides alone; before, it waited for
+// good and the download was never regulated.
+TEST(TickEstimator, AnEchoSideThatStopsDoesNotHoldTheArrivalSideForever) {
+  const auto run = [](Nanos tick, Nanos end) {
+    Phone ph;
+    ph.tick = tick;
+    ph.ts_base = 777;
+    ph.offset = ms(0.4);
+    ph.q = jitter;
+    TickEstimator est;
+    TsUnwrapper unwrap;
+    for (Nanos t = 0; t < end; t += ms(5)) {
+      const int64_t ticks = unwrap.unwrap(ph.tsval(t));
+      est.on_sample(ph.arrival(t), ticks);
+      if (t == 0) est.on_echo(t - ph.down(t), ticks);  // then no echo finds its time
+    }
+    return est;
+  };
+  for (Nanos tick : {kMilli, 4 * kMilli, 10 * kMilli}) {
+    SCOPED_TRACE(tick);
+    EXPECT_FALSE(run(tick, ms(2500)).known()) << "the echo side gets its chance first";
+    const TickEstimator est = run(tick, 8 * kSecond);
+    ASSERT_TRUE(est.known());
+    EXPECT_EQ(est.quality(), TickEstimator::Quality::kEstimated);
+    EXPECT_EQ(est.ns_per_tick(), static_cast<double>(tick));
+  }
+}
+
 // A flow first seen mid-stream (adopted after a restart) has no handshake: its first tick
 // hint comes from the echoes, one span of 40 ms. Next to a download that fills the phone's
 // downlink buffer (nobody regulated it while the daemon was away) the phone's side of that span

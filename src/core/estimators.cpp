@@ -88,7 +88,7 @@ bool TickEstimator::Slope::add(Nanos t, int64_t ticks) {
 
 void TickEstimator::on_sample(Nanos arrival, int64_t ticks) {
   if (final()) return;  // nothing can change a snap: no slopes on every packet after it
-  if (upper_.add(arrival, ticks)) decide();
+  if (upper_.add(arrival, ticks)) decide(arrival);
 }
 
 void TickEstimator::on_echo(Nanos forwarded, int64_t ticks) {
@@ -115,15 +115,23 @@ void TickEstimator::on_echo(Nanos forwarded, int64_t ticks) {
     echo_first_t_ = forwarded;
     echo_first_ticks_ = ticks;
   }
-  if (lower_.add(forwarded, ticks)) decide();
+  if (lower_.add(forwarded, ticks)) decide(forwarded);
 }
 
-void TickEstimator::decide() {
+void TickEstimator::decide(Nanos t) {
   if (final()) return;
   const auto u = upper_.value();
   const auto l = lower_.value();
-  // A side that has samples but no value yet gets its chance first.
-  if ((!u && upper_.anchored()) || (!l && lower_.anchored())) return;
+  // A side that has samples but no value yet gets its chance first, for kSideWait. Its
+  // samples may have stopped: an echo needs the forwarding time of the data it answers, and a
+  // download whose first window filled a 2G link's buffer (its ACKs behind an upload) can
+  // outrun the times kept, so the echo side stays anchored without a value. Waited on for
+  // good, it kept a clean arrival side (1.00006 ms) from deciding for the whole test: the
+  // download was never regulated and its queue held the phone's RTT at 10 s (lab, Q24).
+  const auto waiting = [t](const Slope& side, const std::optional<double>& value) {
+    return !value && side.anchored() && t - side.anchored_at() < kSideWait;
+  };
+  if (waiting(upper_, u) || waiting(lower_, l)) return;
   if (!u && !l) return;
   const double lo = std::min(l ? *l : *u, u ? *u : *l);
   const double hi = std::max(l ? *l : *u, u ? *u : *l);

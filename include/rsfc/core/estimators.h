@@ -224,6 +224,8 @@ class TickEstimator {
   static constexpr Nanos kBlock = 250 * kMilli;      // one value per block
   static constexpr Nanos kHintMinSpan = 10 * kMilli;
   static constexpr Nanos kEchoHintSpan = 40 * kMilli;  // echo hint: first pair this far apart
+  // A side anchored this long without a value stops holding the other side's decision back.
+  static constexpr Nanos kSideWait = 3 * kSecond;
 
   enum class Quality : uint8_t { kUnknown, kHint, kEstimated };
 
@@ -270,6 +272,7 @@ class TickEstimator {
       return value_;
     }
     bool anchored() const { return anchors_ > 0; }
+    Nanos anchored_at() const { return anchor_[0].t; }  // valid when anchored()
     bool stable() const { return stable_; }
 
    private:
@@ -295,7 +298,7 @@ class TickEstimator {
 
   bool final() const { return quality_ == Quality::kEstimated && snapped_; }  // a snap is final
   void publish(double g, bool snapped, Quality q);
-  void decide();
+  void decide(Nanos t);  // t: the time of the sample that ended a block
   static uint8_t hint_match(Nanos span, int64_t dt);  // 1 + index in kCandidates; 0 = none
   void publish_hint(uint8_t match) {
     publish(static_cast<double>(kCandidates[match - 1u]), true, Quality::kHint);
