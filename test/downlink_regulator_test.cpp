@@ -16,6 +16,7 @@
 
 #include "regulator_sim.h"
 #include "sim_trace_link.h"
+#include "thin_download_script.h"
 
 namespace rsfc {
 namespace {
@@ -209,42 +210,13 @@ TEST(DownlinkQueueRegulator, AStepWithoutARateIsReportedHeld) {
   const Nanos service = 116 * kMilli;  // one 1448-byte segment at 100 kbit/s
   const Nanos thin_from = 6 * kSecond;
   TcpSegment ack = open_flow(reg, p, server, path);
-  // Events in time order: a segment forwarded to the phone, or an ACK reaching the gateway
-  // (its ACK number and TSval).
-  struct Event {
-    Nanos at;
-    bool data;
-    uint32_t seq;
-    uint32_t tsval;
-  };
-  std::vector<Event> events;
-  uint32_t seq = 7001;
-  // Every segment acknowledged as it is delivered, the link busy.
-  Nanos fwd = 300 * kMilli;
-  for (; fwd < thin_from; fwd += service) {
-    events.push_back({fwd, true, seq, 0});
-    seq += 1448;
-    const Nanos received = fwd + path + service;
-    events.push_back({received + path, false, seq, phone_ts(received)});
-  }
-  // Two segments per round trip, acknowledged together.
-  Nanos t = fwd + 2 * path + service;  // the last ACK of the busy phase
-  while (t < 40 * kSecond) {
-    const Nanos f = t + server;
-    events.push_back({f, true, seq, 0});
-    events.push_back({f, true, seq + 1448, 0});
-    seq += 2 * 1448;
-    const Nanos received = f + path + 2 * service;
-    t = received + path;
-    events.push_back({t, false, seq, phone_ts(received)});
-  }
-  std::stable_sort(events.begin(), events.end(),
-                   [](const Event& a, const Event& b) { return a.at < b.at; });
+  const auto events = testscript::thin_download_events(path, service, server, 300 * kMilli,
+                                                       thin_from, 40 * kSecond, 7001);
   Nanos last_word = 0, longest = 0;  // last step taken or reported held
   int held = 0, held_moved = 0;
   uint32_t window_held = 0;
   bool holding = false;
-  for (const Event& e : events) {
+  for (const auto& e : events) {
     if (e.data) {
       TcpSegment data;
       data.seq = e.seq;
@@ -258,7 +230,7 @@ TEST(DownlinkQueueRegulator, AStepWithoutARateIsReportedHeld) {
       continue;
     }
     ack.ack = e.seq;
-    ack.tsval = e.tsval;
+    ack.tsval = phone_ts(e.received);
     reg.on_uplink_segment(e.at, ack, p);
     const WindowDecision d = reg.target_window(e.at, p);
     if (d.held) {  // the window since the previous held step, if no step came between

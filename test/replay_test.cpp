@@ -12,6 +12,7 @@
 
 #include "packet_builder.h"
 #include "pcap_builder.h"
+#include "thin_download_script.h"
 
 namespace rsfc::replay {
 namespace {
@@ -31,6 +32,31 @@ EngineParams params(DirectionParams uplink, DirectionParams downlink = {}) {
 }
 DirectionParams static_policy(uint32_t n) {
   return {.policy = Policy::kStatic, .static_window_bytes = n};
+}
+
+// A handshake's SYN and SYN-ACK as the captures' endpoints send them (MSS 1460, scale 7, SACK,
+// timestamps); addresses and ports are the caller's.
+TcpSpec syn(uint32_t isn, uint16_t window, uint32_t tsval) {
+  return {.seq = isn,
+          .flags = tcpflag::kSyn,
+          .window = window,
+          .mss = 1460,
+          .wscale = 7,
+          .sack_permitted = true,
+          .timestamps = true,
+          .tsval = tsval};
+}
+TcpSpec syn_ack(uint32_t isn, uint32_t ack, uint16_t window, uint32_t tsval, uint32_t tsecr) {
+  return {.seq = isn,
+          .ack = ack,
+          .flags = tcpflag::kSyn | tcpflag::kAck,
+          .window = window,
+          .mss = 1460,
+          .wscale = 7,
+          .sack_permitted = true,
+          .timestamps = true,
+          .tsval = tsval,
+          .tsecr = tsecr};
 }
 
 // A capture as a gateway's 802.1Q trunk would give it: Ethernet + one VLAN tag, 1 ms apart.
@@ -63,24 +89,8 @@ void flow_a(Capture& c) {
     s.src = "198.19.0.2", s.dst = "198.18.0.2", s.sport = 5201, s.dport = 40000;
     c.tcp(s);
   };
-  phone({.seq = kPhoneIsn,
-         .flags = tcpflag::kSyn,
-         .window = 64240,
-         .mss = 1460,
-         .wscale = 7,
-         .sack_permitted = true,
-         .timestamps = true,
-         .tsval = 1});
-  server({.seq = kServerIsn,
-          .ack = kPhoneIsn + 1,
-          .flags = tcpflag::kSyn | tcpflag::kAck,
-          .window = 65535,
-          .mss = 1460,
-          .wscale = 7,
-          .sack_permitted = true,
-          .timestamps = true,
-          .tsval = 9,
-          .tsecr = 1});
+  phone(syn(kPhoneIsn, 64240, 1));
+  server(syn_ack(kServerIsn, kPhoneIsn + 1, 65535, 9, 1));
   phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502});
   for (uint32_t i = 0; i < 5; ++i) {
     phone({.seq = kPhoneIsn + 1 + 1000 * i,
@@ -404,30 +414,12 @@ Capture two_way(uint32_t n, size_t snap) {
             static_cast<uint32_t>(f.size()));
   };
   const auto hs = [&](uint16_t sport, uint16_t dport, uint32_t isn_p, uint32_t isn_s) {
-    put({.sport = sport,
-         .dport = dport,
-         .seq = isn_p,
-         .flags = tcpflag::kSyn,
-         .window = 64240,
-         .mss = 1460,
-         .wscale = 7,
-         .sack_permitted = true,
-         .timestamps = true,
-         .tsval = 1});
-    put({.src = "198.19.0.2",
-         .dst = "198.18.0.2",
-         .sport = dport,
-         .dport = sport,
-         .seq = isn_s,
-         .ack = isn_p + 1,
-         .flags = tcpflag::kSyn | tcpflag::kAck,
-         .window = 65160,
-         .mss = 1460,
-         .wscale = 7,
-         .sack_permitted = true,
-         .timestamps = true,
-         .tsval = 7,
-         .tsecr = 1});
+    TcpSpec s = syn(isn_p, 64240, 1);
+    s.sport = sport, s.dport = dport;
+    put(s);
+    s = syn_ack(isn_s, isn_p + 1, 65160, 7, 1);
+    s.src = "198.19.0.2", s.dst = "198.18.0.2", s.sport = dport, s.dport = sport;
+    put(s);
     put({.sport = sport,
          .dport = dport,
          .seq = isn_p + 1,
@@ -535,90 +527,45 @@ TEST(Replay, HeaderOnlyCaptureDecidesAsTheWholeOne) {
 // the summary says how many (the daemon's rsfcd_downlink_steps_held_total).
 Capture thin_download() {
   Capture c;
-  const uint32_t us_path = 95'000, us_service = 116'000, us_server = 10'000;
+  const Nanos path = 95 * kMilli, service = 116 * kMilli, server_half = 10 * kMilli;
   constexpr uint32_t kSrvIsn = 7000, kPhIsn = 1000;
-  const auto phone_ts = [](uint32_t us) { return 5000u + us / 1000; };
-  auto at = [&c](uint32_t us, const TcpSpec& spec) {
-    c.us = us;
+  const auto phone_ts = [](Nanos t) { return 5000u + static_cast<uint32_t>(t / kMilli); };
+  auto at = [&c](Nanos t, const TcpSpec& spec) {
+    c.us = static_cast<uint32_t>(t / kMicro);
     c.tcp(spec);
   };
-  auto phone = [&](uint32_t us, TcpSpec spec) {
+  auto phone = [&](Nanos t, TcpSpec spec) {
     spec.src = "198.18.0.2", spec.dst = "198.19.0.2", spec.sport = 40002, spec.dport = 80;
-    at(us, spec);
+    at(t, spec);
   };
-  auto server = [&](uint32_t us, TcpSpec spec) {
+  auto server = [&](Nanos t, TcpSpec spec) {
     spec.src = "198.19.0.2", spec.dst = "198.18.0.2", spec.sport = 80, spec.dport = 40002;
-    at(us, spec);
+    at(t, spec);
   };
-  phone(0, {.seq = kPhIsn,
-            .flags = tcpflag::kSyn,
-            .window = 64240,
-            .mss = 1460,
-            .wscale = 7,
-            .sack_permitted = true,
-            .timestamps = true,
-            .tsval = phone_ts(0)});
-  server(us_server / 2, {.seq = kSrvIsn,
-                         .ack = kPhIsn + 1,
-                         .flags = tcpflag::kSyn | tcpflag::kAck,
-                         .window = 65160,
-                         .mss = 1460,
-                         .wscale = 7,
-                         .sack_permitted = true,
-                         .timestamps = true,
-                         .tsval = 300,
-                         .tsecr = phone_ts(0)});
-  uint32_t acked = kSrvIsn + 1;
-  auto ack = [&](uint32_t us, uint32_t received_us) {
-    phone(us, {.seq = kPhIsn + 1,
-               .ack = acked,
-               .window = 2000,  // 256 KB at scale 7
-               .timestamps = true,
-               .tsval = phone_ts(received_us),
-               .tsecr = 300});
+  phone(0, syn(kPhIsn, 64240, phone_ts(0)));
+  server(server_half / 2, syn_ack(kSrvIsn, kPhIsn + 1, 65160, 300, phone_ts(0)));
+  auto ack = [&](Nanos t, uint32_t acked, Nanos received) {
+    phone(t, {.seq = kPhIsn + 1,
+              .ack = acked,
+              .window = 2000,  // 256 KB at scale 7
+              .timestamps = true,
+              .tsval = phone_ts(received),
+              .tsecr = 300});
   };
-  ack(us_server / 2 + 2 * us_path, us_server / 2 + us_path);
-  // Events in time order: (gateway time, data?, sequence end for an ACK, phone time).
-  struct Event {
-    uint32_t us;
-    bool data;
-    uint32_t seq;
-    uint32_t received;
-  };
-  std::vector<Event> ev;
-  uint32_t seq = kSrvIsn + 1;
-  const uint32_t thin_from = 6'000'000;
-  uint32_t fwd = 300'000;
-  for (; fwd < thin_from; fwd += us_service) {
-    ev.push_back({fwd, true, seq, 0});
-    seq += 1448;
-    const uint32_t received = fwd + us_path + us_service;
-    ev.push_back({received + us_path, false, seq, received});
-  }
-  for (uint32_t t = fwd + 2 * us_path + us_service; t < 30'000'000;) {
-    const uint32_t f = t + us_server;
-    ev.push_back({f, true, seq, 0});
-    ev.push_back({f, true, seq + 1448, 0});
-    seq += 2 * 1448;
-    const uint32_t received = f + us_path + 2 * us_service;
-    t = received + us_path;
-    ev.push_back({t, false, seq, received});
-  }
-  std::stable_sort(ev.begin(), ev.end(),
-                   [](const Event& a, const Event& b) { return a.us < b.us; });
-  for (const Event& e : ev) {
-    if (e.data) {
-      server(e.us, {.seq = e.seq,
-                    .ack = kPhIsn + 1,
-                    .window = 501,
-                    .timestamps = true,
-                    .tsval = 300 + e.us / 1000,
-                    .tsecr = phone_ts(e.us),
-                    .payload_len = 1448});
-    } else {
-      acked = e.seq;
-      ack(e.us, e.received);
+  ack(server_half / 2 + 2 * path, kSrvIsn + 1, server_half / 2 + path);
+  for (const auto& e : testscript::thin_download_events(path, service, server_half, 300 * kMilli,
+                                                        6 * kSecond, 30 * kSecond, kSrvIsn + 1)) {
+    if (!e.data) {
+      ack(e.at, e.seq, e.received);
+      continue;
     }
+    server(e.at, {.seq = e.seq,
+                  .ack = kPhIsn + 1,
+                  .window = 501,
+                  .timestamps = true,
+                  .tsval = 300 + static_cast<uint32_t>(e.at / kMilli),
+                  .tsecr = phone_ts(e.at),
+                  .payload_len = 1448});
   }
   return c;
 }
