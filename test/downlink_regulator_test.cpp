@@ -128,6 +128,57 @@ TcpSegment open_flow(DownlinkQueueRegulator& reg, const DownlinkQueueParams& p, 
   return ack;
 }
 
+// A download on a slow link with a deep buffer (2G: 100 kbit/s, 200 ms base round trip)
+// whose server has far more out than the regulator's timing slots: the first edge is 64 KB
+// (the default startup floor), and the server sends whatever the window allows. The startup
+// clamp spaces its timed segments on the window it asks for (a sixth of it); with 45
+// segments out, more marks are due than the estimator has slots. Those it refuses must not
+// push out the forwarding times of those it holds: before, their ACKs gave q_down but never a
+// round trip, and the regulator stayed in STARTUP for the whole run, its clamp doubling to
+// megabytes (the lab's 2G download left unregulated, its queue at 10 s).
+TEST(DownlinkQueueRegulator, MoreOutThanItsSlotsStillGivesTheRoundTrip) {
+  DownlinkQueueRegulator reg;
+  const DownlinkQueueParams p;
+  const Nanos path = 95 * kMilli, server = 10 * kMilli, service = 116 * kMilli;
+  TcpSegment ack = open_flow(reg, p, server, path);
+  const Nanos t0 = server / 2 + 2 * path + server;
+  uint32_t seq = 7001, edge = 7001 + 65535;
+  Nanos link_free = t0 + path, ready_at = 0;
+  std::vector<std::pair<Nanos, uint32_t>> acks;  // (reaches the gateway, ACK number)
+  auto send_to_edge = [&](Nanos t) {
+    for (; !seq_gt(seq + 1448, edge); seq += 1448) {
+      TcpSegment data;
+      data.seq = seq;
+      data.ack = 1001;
+      data.payload_len = 1448;
+      data.flags = tcpflag::kAck;
+      data.has_ts = true;
+      data.tsval = 300 + static_cast<uint32_t>(t / kMilli);
+      data.tsecr = ack.tsval;
+      reg.on_downlink_segment(t, data, p);
+      link_free = std::max(link_free, t + path) + service;  // delivered to the phone
+      acks.emplace_back(link_free + path, seq + 1448);      // each ACKed as it arrives
+    }
+  };
+  send_to_edge(t0);
+  for (size_t next = 0; next < acks.size() && acks[next].first < 12 * kSecond; ++next) {
+    const auto [at, a] = acks[next];
+    ack.ack = a;
+    ack.tsval = phone_ts(at - path);
+    reg.on_uplink_segment(at, ack, p);
+    const WindowDecision d = reg.target_window(at, p);
+    if (ready_at == 0 && reg.state() != DownlinkState::kStartup) ready_at = at;
+    const uint32_t w = std::min<uint32_t>(d.window, 1u << 20);  // the phone's own: 1 MB
+    if (seq_gt(a + w, edge)) edge = a + w;                      // never pulled back
+    send_to_edge(at + server);
+  }
+  std::printf("45 segments out at 100 kbit/s: first step past STARTUP at %.2f s\n",
+              static_cast<double>(ready_at) / 1e9);
+  ASSERT_GT(ready_at, 0) << "never left STARTUP in 12 s";
+  EXPECT_LT(ready_at, 8 * kSecond);
+  EXPECT_GT(reg.rtt_now(), 0);
+}
+
 // A download the gateway's pacer (pacer.h) holds: the regulator times each segment from when
 // it leaves, so the hold is not read as downlink queue. Scripted: a server sending 1448-byte
 // segments every 7 ms, the phone 20 ms from the gateway each way with no queue, ACKing every

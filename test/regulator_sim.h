@@ -787,6 +787,7 @@ class Simulation {
       const uint32_t edge = p.seg.ack + p.wnd;
       if (!f.edge_to_server_valid || seq_gt(edge, f.edge_to_server)) f.edge_to_server = edge;
       f.edge_to_server_valid = true;
+      if (dlq_on) f.dlq.on_window_forwarded(edge);
     }
     to_srv_.send(p);
   }

@@ -4,26 +4,27 @@
 
 namespace rsfc {
 
-void DownlinkQueueEstimator::on_data(Nanos now, uint32_t seq, uint32_t end, Nanos min_spacing) {
-  if (end == seq) return;  // occupies no sequence space: nothing an ACK could answer
+bool DownlinkQueueEstimator::on_data(Nanos now, uint32_t seq, uint32_t end, Nanos min_spacing) {
+  if (end == seq) return false;  // occupies no sequence space: nothing an ACK could answer
   if (have_high_ && seq_lt(seq, high_end_)) {
     // A retransmission (whole or in part): an ACK covering it may answer either copy.
     for (Slot& s : slots_) {
       if (s.pending && seq_gt(s.end, seq)) s.pending = false;
     }
-    if (!seq_gt(end, high_end_)) return;
+    if (!seq_gt(end, high_end_)) return false;
   }
   high_end_ = end;
   have_high_ = true;
-  if (recorded_ && now - last_record_ < min_spacing) return;
+  if (recorded_ && now - last_record_ < min_spacing) return false;
   for (Slot& s : slots_) {
     if (!s.pending || now - s.time > max_age()) {
       s = {now, end, true};
       last_record_ = now;
       recorded_ = true;
-      return;
+      return true;
     }
   }
+  return false;  // every slot waits for its ACK
 }
 
 // The latest forwarding time among the pending slots the cumulative `ack` covers; frees them.

@@ -140,11 +140,17 @@ void DownlinkQueueRegulator::on_data(Nanos now, Nanos leaves, const TcpSegment& 
   const auto step = static_cast<uint32_t>(std::max<double>(mss_, w / kSlotsPerRtt));
   if (seq_gt(sample_mark_, end + step)) sample_mark_ = end + step;  // W was cut
   const bool mark = fresh && (head || !seq_lt(end, sample_mark_));
-  queue_.on_data(leaves, s.seq, end, mark ? 0 : DownlinkQueueEstimator::kMaxAge);
-  if (!mark) return;
+  // Only a segment the estimator timed is remembered (its forwarding time gives the round
+  // trip of the ACK that matches it). A mark it refused, its slots all waiting (far more out
+  // than the spacing foresaw: a slow link's first 64 KB, a window that grew faster than the
+  // spacing), would push the times of the slots it holds out of the ring: their ACKs then
+  // gave q_down but never a round trip, and the regulator never became ready (2G: the
+  // download unregulated for a whole test). A refused mark is tried again at the next
+  // segment.
+  if (!queue_.on_data(leaves, s.seq, end, mark ? 0 : DownlinkQueueEstimator::kMaxAge)) return;
   marks_[next_mark_] = {leaves, end, true};
   next_mark_ = static_cast<uint8_t>((next_mark_ + 1) % kMarks);
-  sample_mark_ = end + step;
+  if (mark) sample_mark_ = end + step;
 }
 
 void DownlinkQueueRegulator::on_uplink_segment(Nanos now, const TcpSegment& s,
@@ -212,6 +218,19 @@ void DownlinkQueueRegulator::note_edge(Nanos now, uint32_t edge, const DownlinkQ
   }
   edges_[next_edge_] = {now, edge, true};
   next_edge_ = static_cast<uint8_t>((next_edge_ + 1) % kEdges);
+}
+
+// The right edge an ACK to the server left with. The engine never pulls an edge back, so it
+// may be beyond what this regulator asked for: one advertised before it started (a flow
+// regulated mid-flow: a reload, a restart, conntrack adoption). A cut is in force only once
+// the phone has acknowledged past the highest edge the server had; judged on the edges asked
+// for alone, a mid-flow drain ended on data the server sent under the old edge, the queue
+// still standing.
+void DownlinkQueueRegulator::on_window_forwarded(uint32_t edge) {
+  if (!edge_known_ || seq_gt(edge, edge_max_)) {
+    edge_max_ = edge;
+    edge_known_ = true;
+  }
 }
 
 // The highest right edge asked for at or before `t` (the latest entry not after it).

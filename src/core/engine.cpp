@@ -824,6 +824,11 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
       f.up_slot != kNoSlot) {
     regs_->up.at(f.up_slot).up.on_window_forwarded(now, edge, params_.rsfc);
   }
+  if (dir == Direction::kFromSubscriber && f.down_slot != kNoSlot) {
+    if (auto* q = std::get_if<DownlinkQueueRegulator>(&regs_->down.at(f.down_slot).down)) {
+      q->on_window_forwarded(edge);
+    }
+  }
 }
 
 inline const DirectionParams& Engine::knob_params(Direction dir) const {

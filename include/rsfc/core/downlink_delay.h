@@ -49,8 +49,9 @@ class DownlinkQueueEstimator {
   // before their ACK would keep it waiting for good.
   static constexpr Nanos kMaxAgeFirst = 30 * kSecond;
 
-  // A data segment [seq, end) forwarded towards the phone at `now`.
-  void on_data(Nanos now, uint32_t seq, uint32_t end, Nanos min_spacing);
+  // A data segment [seq, end) forwarded towards the phone at `now`. True when it was timed
+  // (took a slot): not within `min_spacing` of the last one timed, and a slot was free.
+  bool on_data(Nanos now, uint32_t seq, uint32_t end, Nanos min_spacing);
   // An ACK from the phone with its TSval; `ns_per_tick` is the phone's tick length g
   // (0 = not known yet: the slots are consumed, no sample, but the match is recorded, so
   // that the data's forwarding time can give the tick its lower bound). Returns the ACK's

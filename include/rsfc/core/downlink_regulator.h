@@ -211,6 +211,8 @@ class DownlinkQueueRegulator {
                            const DownlinkQueueParams& p);
   void on_uplink_segment(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p);
   WindowDecision target_window(Nanos now, const DownlinkQueueParams& p);
+  // The right edge the phone's ACK left the gateway with (ack + window as sent).
+  void on_window_forwarded(uint32_t edge);
 
   // --- Read-outs (decision log, metrics, tests); values as of the last control step. ---
   DownlinkState state() const { return state_; }
@@ -395,7 +397,7 @@ class DownlinkQueueRegulator {
   double probe_growth_ = 0;    // ... and the growth that step made
   double recover_window_ = 0;  // W before the last fall: probed back to quickly
   Nanos recover_until_ = 0;
-  uint32_t edge_max_ = 0;               // highest right edge this regulator asked for (ack + W)
+  uint32_t edge_max_ = 0;               // highest right edge asked for (ack + W) or forwarded
   uint32_t cut_edge_ = 0;               // edge_max_ when W was last cut
   std::array<EdgeAt, kEdges> edges_{};  // the latest right edges asked for (a ring)
   uint8_t next_edge_ = 0;
