@@ -161,7 +161,7 @@ TEST(Engine, NoScaleUnlessBothSynsCarryIt) {
   EXPECT_EQ(s.view.window, 16384);
 }
 
-TEST(Engine, SynAndSynAckNeverTouched) {
+TEST(Engine, StaticNeverTouchesSynOrSynAck) {
   Engine e(100, static_params(4096, 4096));
   Conn c(e);
   const Sent syn = c.from_phone({.seq = 1, .flags = tcpflag::kSyn, .window = 64240, .wscale = 7});
@@ -2102,6 +2102,171 @@ TEST(EnginePool, RandomChurnKeepsTheGaugeExactAndEndsEmpty) {
   EXPECT_EQ(pool_used(e, Knob::kUplink), 0u);
   EXPECT_EQ(pool_used(e, Knob::kDownlink), 0u);
   EXPECT_EQ(e.counters().rsfc_subscribers.get(), 0u);
+}
+
+// --- The startup floor from the handshake on --------------------------------------------
+
+// Both knobs rsfc, the startup floor 16 KB; the handshake with timestamps unless told.
+EngineParams floor_params(uint32_t floor = 16384) {
+  EngineParams p = rsfc_params();
+  p.downlink.policy = Policy::kRsfc;
+  p.rsfc.initial_window_bytes = floor;
+  return p;
+}
+
+struct Handshake {
+  Sent syn, syn_ack, ack;
+};
+
+// SYN (64240) from the phone, SYN-ACK (65535) from the server, both window scale 7, then the
+// phone's ACK offering 502 << 7 = 64256 bytes.
+Handshake timed_handshake(Conn& c, bool ts = true) {
+  Handshake h;
+  h.syn = c.from_phone({.seq = kPhoneIsn,
+                        .flags = tcpflag::kSyn,
+                        .window = 64240,
+                        .mss = 1460,
+                        .wscale = 7,
+                        .timestamps = ts,
+                        .tsval = 100});
+  h.syn_ack = c.from_server({.seq = kServerIsn,
+                             .ack = kPhoneIsn + 1,
+                             .flags = tcpflag::kSyn | tcpflag::kAck,
+                             .window = 65535,
+                             .mss = 1460,
+                             .wscale = 7,
+                             .timestamps = ts,
+                             .tsval = 7000,
+                             .tsecr = 100});
+  h.ack = c.from_phone({.seq = kPhoneIsn + 1,
+                        .ack = kServerIsn + 1,
+                        .window = 502,
+                        .timestamps = ts,
+                        .tsval = 101,
+                        .tsecr = 7000});
+  return h;
+}
+
+// The first right edge is the handshake's, and an edge is never pulled back: with a startup
+// floor below 64 KB both knobs hold the SYN's and the SYN-ACK's windows to it, and the ACKs
+// before the flow's first payload (before a regulator exists) too. The first ACK after the
+// SYN-ACK is held at the floor, not at the edge the SYN-ACK had as it came (65535).
+TEST(EngineStartupFloor, TheHandshakeAndTheAcksBeforeAnyPayloadStartAtTheFloor) {
+  Engine e(16, floor_params());
+  Conn c(e);
+  const Handshake h = timed_handshake(c);
+  EXPECT_EQ(h.syn.view.window, 16384) << "the downlink knob: the server's first edge";
+  EXPECT_TRUE(h.syn.result.modified);
+  EXPECT_EQ(h.syn.result.outcome, Outcome::kRewritten);
+  EXPECT_EQ(h.syn_ack.view.window, 16384) << "the uplink knob: the phone's first edge";
+  EXPECT_EQ(h.syn_ack.result.outcome, Outcome::kRewritten);
+  // The phone's ACK of the SYN-ACK: no download yet, the downlink knob holds it to the floor.
+  EXPECT_EQ(window_bytes(h.ack.view.window, 7), 16384u);
+  // The server's first ACK, before the phone sent anything: 16 KB, not 65535 (the SYN-ACK's
+  // edge as it came, which the clamp would have had to keep).
+  const Sent first = c.from_server({.seq = kServerIsn + 1,
+                                    .ack = kPhoneIsn + 1,
+                                    .window = 502,
+                                    .timestamps = true,
+                                    .tsval = 7001,
+                                    .tsecr = 101});
+  EXPECT_EQ(window_bytes(first.view.window, 7), 16384u);
+  EXPECT_EQ(e.counters().right_edge_holds[0].get(), 0u);
+  EXPECT_EQ(pool_used(e, Knob::kUplink), 0u) << "no payload yet: no regulator";
+  EXPECT_EQ(pool_used(e, Knob::kDownlink), 0u);
+  // Counted as the knobs' windows: SYN-ACK and ACK towards the phone, SYN and ACK from it.
+  EXPECT_EQ(e.counters().rsfc_windows_applied.get(), 2u);
+  EXPECT_EQ(e.counters().downlink_windows_applied.get(), 2u);
+  // The upload starts: its regulator's startup clamp takes over from the same floor.
+  const Sent data = c.from_phone({.seq = kPhoneIsn + 1,
+                                  .ack = kServerIsn + 1,
+                                  .window = 502,
+                                  .timestamps = true,
+                                  .tsval = 102,
+                                  .tsecr = 7001,
+                                  .payload_len = 1000});
+  EXPECT_EQ(pool_used(e, Knob::kUplink), 1u);
+  const Sent ack = c.from_server({.seq = kServerIsn + 1,
+                                  .ack = kPhoneIsn + 1001,
+                                  .window = 502,
+                                  .timestamps = true,
+                                  .tsval = 7002,
+                                  .tsecr = 102});
+  EXPECT_EQ(window_bytes(ack.view.window, 7), 16384u);
+}
+
+// Where the floor does not apply, the handshake and the ACKs before any payload pass as they
+// come: the floor left at its default (64 KB, above any SYN's window); a downlink knob on a
+// handshake without timestamps (its regulator would leave the flow alone), while the uplink
+// knob (which regulates without them) still holds the SYN-ACK; knobs that are not rsfc.
+TEST(EngineStartupFloor, HeldOnlyWhereARegulatorWillSteerTheFlow) {
+  {
+    SCOPED_TRACE("floor 0 = 64 KB");
+    Engine e(16, floor_params(0));
+    Conn c(e);
+    const Handshake h = timed_handshake(c);
+    EXPECT_FALSE(h.syn.result.modified);
+    EXPECT_FALSE(h.syn_ack.result.modified);
+    EXPECT_FALSE(h.ack.result.modified) << "64256 bytes: under 64 KB";
+  }
+  {
+    SCOPED_TRACE("no timestamps");
+    Engine e(16, floor_params());
+    Conn c(e);
+    const Handshake h = timed_handshake(c, false);
+    EXPECT_FALSE(h.syn.result.modified) << "the downlink knob leaves a flow without timestamps";
+    EXPECT_FALSE(h.ack.result.modified);
+    EXPECT_EQ(h.syn_ack.view.window, 16384) << "the uplink knob regulates without them";
+  }
+  {
+    SCOPED_TRACE("static and observe");
+    EngineParams p = floor_params();
+    p.uplink = {.policy = Policy::kStatic, .static_window_bytes = 100000};
+    p.downlink.policy = Policy::kObserve;
+    Engine e(16, p);
+    Conn c(e);
+    const Handshake h = timed_handshake(c);
+    EXPECT_FALSE(h.syn.result.modified);
+    EXPECT_FALSE(h.syn_ack.result.modified);
+    EXPECT_FALSE(h.ack.result.modified);
+  }
+}
+
+// A truncated copy of a SYN is never modified, and the edge the flow remembers is the one
+// the SYN carried: the phone's next ACK (held to the floor) still offers the server all of it.
+TEST(EngineStartupFloor, ATruncatedSynPassesAndItsEdgeIsKept) {
+  Engine e(16, floor_params());
+  Conn c(e);
+  std::vector<uint8_t> syn = testpkt::build({.src = "198.18.0.2",
+                                             .dst = "198.19.0.2",
+                                             .sport = 40000,
+                                             .seq = kPhoneIsn,
+                                             .flags = tcpflag::kSyn,
+                                             .window = 64240,
+                                             .wscale = 7,
+                                             .timestamps = true,
+                                             .tsval = 100});
+  const std::vector<uint8_t> before = syn;
+  const PacketResult r = e.process(syn, 0, {.truncated = true});
+  EXPECT_FALSE(r.modified);
+  EXPECT_EQ(syn, before);
+  c.now = kMilli;
+  c.from_server({.seq = kServerIsn,
+                 .ack = kPhoneIsn + 1,
+                 .flags = tcpflag::kSyn | tcpflag::kAck,
+                 .window = 65535,
+                 .wscale = 7,
+                 .timestamps = true,
+                 .tsval = 7000,
+                 .tsecr = 100});
+  const Sent ack = c.from_phone({.seq = kPhoneIsn + 1,
+                                 .ack = kServerIsn + 1,
+                                 .window = 1000,
+                                 .timestamps = true,
+                                 .tsval = 101,
+                                 .tsecr = 7000});
+  EXPECT_EQ(window_bytes(ack.view.window, 7), 64256u) << "64240 rounded up to the scale";
+  EXPECT_EQ(e.counters().right_edge_holds[1].get(), 1u);
 }
 
 }  // namespace

@@ -67,6 +67,9 @@ class Script {
     return {};
   }
   Nanos now() const { return ev_.now(); }
+  // The largest startup clamp an ACK was given, and when the last one was.
+  uint32_t startup_max() const { return startup_max_; }
+  Nanos startup_until() const { return startup_until_; }
 
   void handshake() {
     const Nanos t0 = ev_.now();
@@ -173,6 +176,10 @@ class Script {
     edge_valid_ = true;
     reg_.on_window_forwarded(now, edge, p_);
     if (d.stepped) log_.push_back({now, reg_.window(), reg_.state(), reg_.t_buff()});
+    if (reg_.state() == RsfcState::kStartup && d.window != kNoClamp) {
+      startup_max_ = std::max(startup_max_, d.window);
+      startup_until_ = now;
+    }
     const uint32_t tsv = a.tsval;
     ev_.at(now + m_.down_prop + q_down(now), [this, tsv, edge] {
       if (seq_gt(tsv, ts_recent_)) ts_recent_ = tsv;
@@ -197,6 +204,8 @@ class Script {
   bool edge_valid_ = false;
   uint32_t phone_edge_ = 0;  // the right edge the phone knows
   bool phone_edge_valid_ = false;
+  uint32_t startup_max_ = 0;
+  Nanos startup_until_ = 0;
 };
 
 // Rate that fills 2 Mbit/s.
@@ -210,6 +219,30 @@ TEST(RsfcController, StartupClampKeepsTheRightEdgeWithinReach) {
   const WindowDecision d = s.reg().target_window(s.now(), s.params());
   EXPECT_EQ(s.reg().state(), RsfcState::kStartup);
   EXPECT_EQ(d.window, 65535u);
+}
+
+// A slow link with a deep buffer (2G: 12.5 kB/s, 200 ms round trip) and an upload that fills it
+// from the start: until the regulator has its signals, the startup clamp is sized on the round trip
+// WITHOUT the flow's own queue. Sized on the round trip the phone sees, it grew with the queue it
+// let in (to 37 KB here: three seconds of it).
+TEST(RsfcController, StartupClampDoesNotGrowWithItsOwnQueue) {
+  PathModel m;
+  m.up_prop = ms(50);
+  m.down_prop = ms(50);
+  m.srv_half = ms(100);
+  m.tick = 3'333'333;  // HZ=300: no 1/4/10 ms snap, the estimate waits for a stable span
+  RsfcParams p;
+  p.initial_window_bytes = 16384;
+  Script s(m, p);
+  s.handshake();
+  constexpr double kSlow = 12'500;
+  // The buffer fills at the rate the phone sends above the link's: 0.5 s of queue per second.
+  s.send(6 * kSecond, kSlow, [](Nanos t) { return t / 2; });
+  // The phone's HZ=300 clock is not known in this script's first seconds: no t_buff, the
+  // regulator stays in STARTUP with the rate and the round trips measured.
+  ASSERT_GT(s.startup_until(), 5 * kSecond) << "the script must keep the regulator in STARTUP";
+  // max(16 KB, 2 x rate x 200 ms = 5 kB): the floor, whatever the queue.
+  EXPECT_EQ(s.startup_max(), 16384u);
 }
 
 TEST(RsfcController, EmptyBufferMakesTheWindowGrowButNotBeyondUse) {

@@ -347,7 +347,12 @@ bool DownlinkQueueRegulator::step(Nanos now, const DownlinkQueueParams& p) {
   const Signals s = measure(now, p);
   last_ = s;
   next_step_ = now + s.interval;
-  if (state_ == DownlinkState::kStartup) startup_inflight_ = s.in_flight;
+  if (state_ == DownlinkState::kStartup) {
+    // In flight less the flow's own downlink queue: a clamp sized on what is out grows with
+    // the queue it lets in (the uplink regulator's startup, EXPERIMENTS Q24).
+    const double own = s.q_down ? s.rate * seconds(*s.q_down) : 0.0;
+    startup_inflight_ = std::max(0.0, s.in_flight - own);
+  }
   if (s.ready) {
     switch (state_) {
       case DownlinkState::kStartup:

@@ -785,12 +785,17 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
 // --- Apply the knob ----------------------------------------------------------------------
 
 // The policy's target for an ACK's window, written under the rewrite rules (window.h); the
-// right edge the ACK leaves with is remembered. SYN, SYN-ACK and RST windows are never
-// touched, nor is a segment without an ACK; nor any window while the scale is unknown.
+// right edge the ACK leaves with is remembered. A SYN's or SYN-ACK's window is only held to
+// the startup floor (hold_handshake_window); RST windows are never touched, nor is a segment
+// without an ACK; nor any window while the scale is unknown.
 [[gnu::always_inline]] inline void Engine::apply_knob(std::span<uint8_t> pkt, PacketView& v,
                                                       uint32_t idx, Nanos now, PacketMeta meta,
                                                       PacketResult& r) {
-  if (v.syn() || v.rst() || !v.ack_flag()) return;
+  if (v.syn()) {
+    if (!v.rst()) hold_handshake_window(pkt, v, idx, meta, r);
+    return;
+  }
+  if (v.rst() || !v.ack_flag()) return;
   Flow& f = flows_->at(idx);
   if (!f.scale_known) {
     r.outcome = Outcome::kUnregulated;
@@ -833,6 +838,43 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
 
 inline const DirectionParams& Engine::knob_params(Direction dir) const {
   return dir == Direction::kToSubscriber ? params_.uplink : params_.downlink;
+}
+
+// The startup floor: what an rsfc knob lets a sender have before its regulator has estimates
+// (rsfc.initial_window_bytes; 0 = 64 KB, the most a handshake can offer).
+inline uint32_t Engine::startup_floor() const {
+  return params_.rsfc.initial_window_bytes > 0 ? params_.rsfc.initial_window_bytes : 65535u;
+}
+
+// Whether the knob in `dir` holds a flow to the startup floor before its regulator starts: an
+// rsfc knob, and for the downlink knob a flow with timestamps (without them its regulator
+// leaves the flow alone, NO_TIMESTAMPS).
+inline bool Engine::holds_from_handshake(Direction dir, bool timestamps) const {
+  if (knob_params(dir).policy != Policy::kRsfc) return false;
+  return dir == Direction::kToSubscriber || timestamps;
+}
+
+// A SYN's or SYN-ACK's window (never scaled) is the first right edge its receiver may send
+// to, and a right edge is never pulled back: a knob whose regulators start at the startup
+// floor has to start the flow there, or the first edge (64 KB from a Linux server, five
+// seconds of a 2G link) stands until the sender has used it. An rsfc knob holds the
+// handshake's window to the floor (the downlink knob's only on a handshake with timestamps:
+// a SYN-ACK carries them only if its SYN did). The lifecycle learnt the first edges from the
+// window as it came (learn_syn, learn_syn_ack): they are set to the one sent.
+inline void Engine::hold_handshake_window(std::span<uint8_t> pkt, PacketView& v, uint32_t idx,
+                                          PacketMeta meta, PacketResult& r) {
+  const Direction dir = r.direction;
+  const uint32_t floor = startup_floor();
+  if (meta.truncated || v.window <= floor || !holds_from_handshake(dir, v.opts.has_timestamps)) {
+    return;
+  }
+  rewrite_window(pkt, v, Endpoint{}, 0, floor, meta.checksum, r);
+  if (!r.modified) return;
+  Flow& f = flows_->at(idx);
+  Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
+  Endpoint& receiver = dir == Direction::kToSubscriber ? f.sub : f.peer;
+  sender.syn_window = v.window;  // a SYN's: the SYN-ACK's sender's first edge (learn_syn_ack)
+  if (v.ack_flag() && receiver.edge_valid) receiver.right_edge = v.ack + v.window;
 }
 
 // The window the knob's policy wants for an ACK travelling `dir` (UINT64_MAX = no clamp).
@@ -907,10 +949,19 @@ void Engine::join_subscriber(uint32_t idx, UplinkSlot& r) {
 // control step ran and a sink is set, fills `rec` (all but window_bytes) and sets `log`.
 uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
                                   bool& log) {
-  // No regulator (yet): the knob does not steer the flow.
+  // No regulator yet (it starts with the flow's first payload this way): an rsfc knob holds
+  // the flow to the startup floor from its handshake on, as the regulator will, since the
+  // edge an ACK advertises now can never be pulled back. Not a flow that will never have one
+  // (the pool was full), nor one whose edges were advertised before rsfcd saw it (adopted
+  // after a restart, first seen mid-stream): those pass as they come.
   const Flow& f = flows_->at(idx);
   const uint32_t slot = dir == Direction::kToSubscriber ? f.up_slot : f.down_slot;
-  if (slot == kNoSlot) return UINT64_MAX;
+  if (slot == kNoSlot) {
+    const bool refused = dir == Direction::kToSubscriber ? f.up_refused : f.down_refused;
+    const bool held = !refused && !f.adopted && f.state != FlowState::kMidstream &&
+                      holds_from_handshake(dir, f.sub.timestamps && f.peer.timestamps);
+    return held ? startup_floor() : UINT64_MAX;
+  }
   WindowDecision d;
   if (dir == Direction::kToSubscriber) {
     UplinkSlot& s = regs_->up.at(slot);

@@ -109,7 +109,6 @@ void UplinkRegulator::on_uplink_timestamps(Nanos now, const TcpSegment& s, Nanos
   // An empty buffer as a variable link shows it (see refresh_due()).
   if (tb && static_cast<double>(*tb) <= last_.packet_time) near_empty_at_ = now;
   if (!ph) return;
-  last_phone_rtt_ = *ph;
   phone_half_min_.update(now, *ph, horizon(p));
   if (tb) add_phone_rtt(now, std::max<Nanos>(0, *ph - *tb), p);
 }
@@ -134,7 +133,6 @@ void UplinkRegulator::on_uplink_lag(Nanos now, const TcpSegment& s, const RsfcPa
   server_probe_.on_data(now, s.seq, s.payload_len);
   const auto lag = lag_.on_data(now, s.seq + s.payload_len);
   if (!lag) return;
-  last_phone_rtt_ = *lag;
   phone_half_min_.update(now, *lag, horizon(p));
   lag_min_.update(now, *lag, lag_window(interval(p), p));
   phone_rtt_now_.add(static_cast<double>(*lag), p.rtt_gain);
@@ -207,8 +205,11 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
   last_ = s;
   next_step_ = now + s.interval;
   if (state_ == RsfcState::kStartup && delivered_.has_sample()) {
-    // In flight now, by Little's law on the round trip the phone sees (its queue included).
-    const Nanos seen = std::max(s.rtt_min.value_or(0), last_phone_rtt_ + s.server_half);
+    // In flight by Little's law on the round trip without the flow's own queue: sized on the
+    // round trip the phone sees, the clamp grows with the queue it lets in, and on a slow link
+    // with a deep buffer (2G) it keeps growing until the signals exist, the queue seconds long
+    // by then (EXPERIMENTS Q24).
+    const Nanos seen = std::max(s.rtt_min.value_or(0), s.rtt_now);
     startup_inflight_ = s.rate * seconds(seen);
   }
   if (s.ready) {

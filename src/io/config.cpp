@@ -838,9 +838,12 @@ const FieldTable<RsfcParams> kRsfcFields = {
      "over min_window_horizon_s)."},
     {"initial_window_bytes", uint_field(&RsfcParams::initial_window_bytes, 0, kMaxWindowBytes),
      "Before a flow has estimates the window is clamped to max(this, "
-     "rsfc.tuning.startup_growth x what the phone has in flight): it never holds back a sender "
-     "in slow start, but keeps the advertised right edge (which can never be pulled back) within "
-     "reach of the first real clamp. 0 = 65535 bytes; otherwise at least min_window_bytes."},
+     "rsfc.tuning.startup_growth x what is in flight without the flow's own queue): it never "
+     "holds back a sender in slow start, but keeps the advertised right edge (which can never be "
+     "pulled back) within reach of the first real clamp. It holds from the handshake on: an rsfc "
+     "knob also lowers the SYN's or SYN-ACK's window (unscaled) travelling its way, and the ACKs "
+     "before the flow's first payload that way, to this. 0 = 65535 bytes (a handshake's window "
+     "is then never lowered); otherwise at least min_window_bytes."},
     {"per_subscriber", bool_field(&RsfcParams::per_subscriber),
      "The regulated uploads of one subscriber address fill one uplink buffer: with true they "
      "share one delivered rate (per rsfcd worker: rsfcd-iptables.sh's default subscriber "
@@ -1170,7 +1173,7 @@ void check_config(const Reader& r, const Config& c) {
   const RsfcParams& rs = c.params.rsfc;
   if (rs.initial_window_bytes != 0 && rs.initial_window_bytes < c.params.min_window_bytes) {
     r.fail(r.line_of("rsfc.initial_window_bytes").value_or(0), "rsfc.initial_window_bytes",
-           "must be 0 (no clamp until estimates exist) or at least min_window_bytes (" +
+           "must be 0 (65535 bytes) or at least min_window_bytes (" +
                std::to_string(c.params.min_window_bytes) + ") (got " +
                std::to_string(rs.initial_window_bytes) + ")");
   }

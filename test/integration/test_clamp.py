@@ -182,3 +182,19 @@ def test_right_edge_after_lowering_the_clamp(wire, rsfcd):
         check_window(x, want, f"held at the pre-reload edge, ack+{off - a}")
     x = a_flow.to_phone(ack_off=a + high * unit + 1, window=0xFFFF)
     check_window(x, low, "past the old edge: the new value")
+
+
+@pytest.mark.parametrize("v6", FAMILIES)
+def test_rsfc_starts_the_handshake_at_the_startup_floor(wire, rsfcd, v6):
+    """rsfc on both knobs with a startup floor of 16 KB (rsfc.initial_window_bytes 16384):
+    the first right edge of each direction is the handshake's, and an edge is never pulled
+    back, so the phone's SYN (timestamps on) and the server's SYN-ACK arrive with their
+    windows (never scaled) lowered to 16384, every other byte as sent and the checksums valid;
+    the phone's ACK of the SYN-ACK, before any download, offers the server no more."""
+    rsfcd({"uplink": {"policy": "rsfc"}, "downlink": {"policy": "rsfc"},
+           "rsfc": {"initial_window_bytes": 16384}})
+    c = Conn(wire, v6=v6)
+    check_window(c.syn(64240), 16384, "SYN: the server's first edge")
+    check_window(c.synack(65160), 16384, "SYN-ACK: the phone's first edge")
+    x = c.from_phone(ack_off=0, window=502, label="ACK3")
+    check_window(x, 16384 // 128, "the handshake's ACK: 16 KB at the phone's scale 7")

@@ -77,8 +77,10 @@
 //   (8) STARTUP -> NO_TIMESTAMPS   the handshake carried no timestamps: no clamp (see below)
 //   (9) DRAIN -> FAST        the link fell during the drain
 //
-// STARTUP  max(initial_window_bytes, startup_growth * in flight): never holds a sender in
-//          slow start back, but keeps the right edge (never pulled back) within reach.
+// STARTUP  max(initial_window_bytes, startup_growth * in flight), in flight less the flow's
+//          own downlink queue (rate * q_down): never holds a sender in slow start back, but
+//          keeps the right edge (never pulled back) within reach. The engine holds the flow
+//          to the floor from its handshake on.
 // SLOW     the queue is short (q_down < probe_below * T, or one packet): probe, W grows by
 //          growth_per_rtt of itself, by at most probe_step_queue * T of queue (doubling while
 //          it stays short); the next probe waits until this one can show in q_down (a round

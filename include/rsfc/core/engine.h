@@ -139,6 +139,10 @@ class Engine {
   bool rst_acceptable(const Flow& f, const PacketView& v, Direction dir) const;
   // Parts of apply_knob.
   inline const DirectionParams& knob_params(Direction dir) const;
+  inline uint32_t startup_floor() const;
+  inline bool holds_from_handshake(Direction dir, bool timestamps) const;
+  inline void hold_handshake_window(std::span<uint8_t> pkt, PacketView& v, uint32_t idx,
+                                    PacketMeta meta, PacketResult& r);
   inline uint64_t knob_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
                               bool& log);
   inline void rewrite_window(std::span<uint8_t> pkt, PacketView& v, const Endpoint& receiver,

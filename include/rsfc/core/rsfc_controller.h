@@ -63,10 +63,12 @@
 //                            window, one step at a time; a step that ends in a queue of the
 //                            flow's own ends the recovery
 //
-// STARTUP  a clamp shaped like slow start, max(initial_window_bytes, startup_growth * in-flight):
-//          it never holds a sender in slow start back, but keeps the right edge (which cannot
-//          be pulled back) close enough that the first real window takes hold within a round
-//          trip. W then starts at the in-flight estimate rho * (rtt_now + t_buff).
+// STARTUP  a clamp shaped like slow start, max(initial_window_bytes, startup_growth * in-flight),
+//          in flight on the round trip without the flow's own queue (rho * max(rtt_min,
+//          rtt_now)): it never holds a sender in slow start back, but keeps the right edge
+//          (which cannot be pulled back) close enough that the first real window takes hold
+//          within a round trip. The engine holds the flow to the floor from its handshake on.
+//          W then starts at the in-flight estimate rho * (rtt_now + t_buff).
 // SLOW     the buffer is empty (t_buff < probe_below * T, or under one packet): probe, W grows
 //          by growth_per_rtt of itself, by at most probe_step_queue * T of queue (doubling
 //          while it stays empty), or back toward the window the link carried before it fell.
@@ -315,7 +317,6 @@ class UplinkRegulator {
   Ewma phone_rtt_now_;
   Ewma phone_rtt_avg_;
   Nanos phone_rtt_avg_at_ = 0;
-  Nanos last_phone_rtt_ = 0;  // last gateway -> phone -> gateway sample, queue included
   Nanos last_data_at_ = 0;
   Nanos near_empty_at_ = 0;  // last t_buff within one packet's time at the link's rate
   // Variable links (track_arrival(), measure_link()), since the last step.
