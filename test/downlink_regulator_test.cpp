@@ -128,6 +128,19 @@ TcpSegment open_flow(DownlinkQueueRegulator& reg, const DownlinkQueueParams& p, 
   return ack;
 }
 
+// A server's 1448-byte data segment at `t` (its 1 ms clock started at 300), echoing `tsecr`.
+TcpSegment server_data(uint32_t seq, Nanos t, uint32_t tsecr) {
+  TcpSegment data;
+  data.seq = seq;
+  data.ack = 1001;
+  data.payload_len = 1448;
+  data.flags = tcpflag::kAck;
+  data.has_ts = true;
+  data.tsval = 300 + static_cast<uint32_t>(t / kMilli);
+  data.tsecr = tsecr;
+  return data;
+}
+
 // A download on a slow link with a deep buffer (2G: 100 kbit/s, 200 ms base round trip)
 // whose server has far more out than the regulator's timing slots: the first edge is 64 KB
 // (the default startup floor), and the server sends whatever the window allows. The startup
@@ -147,15 +160,7 @@ TEST(DownlinkQueueRegulator, MoreOutThanItsSlotsStillGivesTheRoundTrip) {
   std::vector<std::pair<Nanos, uint32_t>> acks;  // (reaches the gateway, ACK number)
   auto send_to_edge = [&](Nanos t) {
     for (; !seq_gt(seq + 1448, edge); seq += 1448) {
-      TcpSegment data;
-      data.seq = seq;
-      data.ack = 1001;
-      data.payload_len = 1448;
-      data.flags = tcpflag::kAck;
-      data.has_ts = true;
-      data.tsval = 300 + static_cast<uint32_t>(t / kMilli);
-      data.tsecr = ack.tsval;
-      reg.on_downlink_segment(t, data, p);
+      reg.on_downlink_segment(t, server_data(seq, t, ack.tsval), p);
       link_free = std::max(link_free, t + path) + service;  // delivered to the phone
       acks.emplace_back(link_free + path, seq + 1448);      // each ACKed as it arrives
     }
@@ -209,14 +214,7 @@ TEST(DownlinkQueueRegulator, HeldSegmentsAreTimedFromTheirRelease) {
           late.push_back(static_cast<double>(*reg.q_down()) / 1e6);
         }
       }
-      TcpSegment data;
-      data.seq = seq;
-      data.ack = 1001;
-      data.payload_len = 1448;
-      data.flags = tcpflag::kAck;
-      data.has_ts = true;
-      data.tsval = 300 + static_cast<uint32_t>(t / kMilli);
-      data.tsecr = ack.tsval;
+      const TcpSegment data = server_data(seq, t, ack.tsval);
       const Nanos leaves = t >= 3 * kSecond ? t + 150 * kMilli : t;
       if (by_release) {
         reg.on_downlink_segment(t, leaves, data, p);

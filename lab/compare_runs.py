@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+"""Compare a variant's suite runs with a baseline's, judged against the baseline's own noise.
+
+    lab/compare_runs.py --base 'POLICY=WORKDIR[,WORKDIR...]' --arm 'POLICY=WORKDIR[,...]' \\
+        [--arm ...] [--offs docs/lab/suite-f9a00c6.json] [--aa]
+
+Each WORKDIR is a `lab/experiments.py suite --workdir` (its suite/results.jsonl is read; one
+policy's lines are taken from it). Per cell, the medians over the runs of: download % and
+upload % under both transfers (of the unregulated download and upload alone, the medians of
+`off` in --offs), the phone's RTT p95 under both, and download-alone %.
+
+The rule (lab/EXPERIMENTS.md Q26): an arm is killed on a cell and measure when its change
+against the baseline's median is beyond 99 % of the changes the same runs give with their
+labels shuffled (a permutation test, one-sided: lower %, higher p95), and beyond the fixed
+tolerance of 3 points / 10 %; and over the suite when the median over the cells of the change in
+min(download %, upload %) is below -2 points or the median of the p95 ratios is above 1.10.
+--aa applies the same rule to the baseline's runs against themselves (random splits) and
+prints how often it would kill: what a verdict of the rule is worth on these cells.
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import statistics as st
+import sys
+
+MEASURES = ("download %", "upload %", "p95 ms", "alone %")
+TOL_POINTS, TOL_RATIO, SUITE_POINTS, SUITE_RATIO, DRAWS = 3.0, 1.10, 2.0, 1.10, 2000
+
+
+def parse_arm(text):
+    policy, _, dirs = text.rpartition("=")
+    if not policy or not dirs:
+        sys.exit(f"compare_runs: '{text}': want POLICY=WORKDIR[,WORKDIR...]")
+    return policy, [d for d in dirs.split(",") if d]
+
+
+def offs(path):
+    d = json.load(open(path))
+    out = {}
+    for cell, t in d["tests"].items():
+        off = t.get("off", {})
+        dl = [x["dl_mbps"] for x in off.get("dl", []) if x]
+        ul = [x["ul_mbps"] for x in off.get("ul", []) if x]
+        if dl and ul:
+            out[cell] = (st.median(dl), st.median(ul))
+    return out
+
+
+def runs(policy, dirs, base):
+    """{cell: [(dl %, ul %, p95, alone %), ...]}: one tuple per run with both kinds."""
+    by_run = {}
+    for w in dirs:
+        files = glob.glob(os.path.join(w, "suite", "results.jsonl"))
+        if not files:
+            sys.exit(f"compare_runs: no suite/results.jsonl under {w}")
+        for line in open(files[0]):
+            j = json.loads(line)
+            if j["policy"] != policy or not j.get("numbers"):
+                continue
+            by_run.setdefault((w, j["cell"], j["run"]), {})[j["kind"]] = j["numbers"]
+    out = {}
+    for (_, cell, _), r in sorted(by_run.items()):
+        if "both" not in r or "dl" not in r or cell not in base:
+            continue
+        dl0, ul0 = base[cell]
+        out.setdefault(cell, []).append((r["both"]["dl_mbps"] / dl0 * 100,
+                                         r["both"]["ul_mbps"] / ul0 * 100,
+                                         r["both"]["rtt_p95_ms"], r["dl"]["dl_mbps"] / dl0 * 100))
+    return out
+
+
+def med(rows, i):
+    return st.median(r[i] for r in rows)
+
+
+def change(a, b, i):
+    return med(b, i) / med(a, i) if i == 2 else med(b, i) - med(a, i)
+
+
+def permuted_change(a, b, i, rng):
+    """The change with the runs' labels shuffled: what it is when the arm is the base."""
+    pool = a + b
+    rng.shuffle(pool)
+    return change(pool[:len(a)], pool[len(a):], i)
+
+
+def judge(a_cells, b_cells, rng):
+    """(per-cell lines, kills, suite min change, suite p95 ratio) of b against a."""
+    lines, kills, dmins, ratios = [], [], [], []
+    for cell in a_cells:
+        a, b = a_cells[cell], b_cells.get(cell, [])
+        if len(a) < 2 or not b:
+            continue
+        parts = []
+        for i, name in enumerate(MEASURES):
+            null = sorted(permuted_change(a, b, i, rng) for _ in range(DRAWS))
+            v = change(a, b, i)
+            if i == 2:
+                bound = max(null[int(0.99 * len(null))], TOL_RATIO)
+                bad = v > bound
+                parts.append(f"p95 x{v:.2f} (kill > x{bound:.2f})")
+            else:
+                bound = min(null[int(0.01 * len(null))], -TOL_POINTS)
+                bad = v < bound
+                parts.append(f"{name.split()[0]} {v:+.0f} (kill < {bound:+.0f})")
+            if bad:
+                kills.append((cell, name))
+                parts[-1] += " KILLED"
+        dmins.append(st.median(min(r[0], r[1]) for r in b) - st.median(min(r[0], r[1]) for r in a))
+        ratios.append(med(b, 2) / med(a, 2))
+        lines.append(f"  {cell:15s} runs {len(a)}/{len(b)}: " + "; ".join(parts))
+    return lines, kills, st.median(dmins) if dmins else 0.0, st.median(ratios) if ratios else 1.0
+
+
+def table(name, cells):
+    for cell, rows in cells.items():
+        print(f"  {name:10s} {cell:15s} runs {len(rows):2d}: both {med(rows, 0):.0f} / "
+              f"{med(rows, 1):.0f} %, p95 {med(rows, 2):.0f} ms; alone {med(rows, 3):.0f} %")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", required=True, help="POLICY=WORKDIR[,WORKDIR...]")
+    ap.add_argument("--arm", action="append", default=[], help="POLICY=WORKDIR[,...] (repeat)")
+    ap.add_argument("--offs", default=os.path.join(os.path.dirname(__file__), "..", "docs", "lab",
+                                                   "suite-f9a00c6.json"))
+    ap.add_argument("--aa", action="store_true", help="the rule on the baseline against itself")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    base = offs(args.offs)
+    bpol, bdirs = parse_arm(args.base)
+    a = runs(bpol, bdirs, base)
+    if not a:
+        sys.exit(f"compare_runs: no runs of {bpol} with both kinds in the base workdirs")
+    print("medians (download % / upload % under both, p95 under both; download alone %):")
+    table("base", a)
+    for k, text in enumerate(args.arm):
+        pol, dirs = parse_arm(text)
+        b = runs(pol, dirs, base)
+        table(f"arm {k + 1}", b)
+        lines, kills, dmin, ratio = judge(a, b, rng)
+        print(f"arm {k + 1} ({pol}) against the base:")
+        print("\n".join(lines))
+        killed = bool(kills) or dmin < -SUITE_POINTS or ratio > SUITE_RATIO
+        print(f"  suite: median change of min(download, upload) {dmin:+.1f} points "
+              f"(kill < -{SUITE_POINTS:.0f}), median p95 ratio {ratio:.2f} (kill > {SUITE_RATIO:.2f})")
+        print(f"  verdict: {'KILLED' if killed else 'passes'}")
+    if args.aa:
+        trials, killed = 200, 0
+        for _ in range(trials):
+            half_a, half_b = {}, {}
+            for cell, rows in a.items():
+                r = rows[:]
+                rng.shuffle(r)
+                k = max(1, len(r) // 2)
+                half_a[cell], half_b[cell] = r[k:], r[:k]
+            _, kills, dmin, ratio = judge(half_a, half_b, rng)
+            killed += bool(kills) or dmin < -SUITE_POINTS or ratio > SUITE_RATIO
+        print(f"the base against itself (random halves, {trials} splits): killed in "
+              f"{killed / trials:.0%}")
+
+
+if __name__ == "__main__":
+    main()
