@@ -91,7 +91,9 @@ def judge(a_cells, b_cells, rng):
     lines, kills, dmins, ratios = [], [], [], []
     for cell in a_cells:
         a, b = a_cells[cell], b_cells.get(cell, [])
-        if len(a) < 2 or not b:
+        if len(a) < 2 or len(b) < 2:
+            if b:
+                lines.append(f"  {cell:15s} runs {len(a)}/{len(b)}: too few to judge (2 a side at least)")
             continue
         parts = []
         for i, name in enumerate(MEASURES):
@@ -145,9 +147,13 @@ def main():
         print(f"arm {k + 1} ({pol}) against the base:")
         print("\n".join(lines))
         killed = bool(kills) or dmin < -SUITE_POINTS or ratio > SUITE_RATIO
-        print(f"  suite: median change of min(download, upload) {dmin:+.1f} points "
-              f"(kill < -{SUITE_POINTS:.0f}), median p95 ratio {ratio:.2f} (kill > {SUITE_RATIO:.2f})")
-        print(f"  verdict: {'KILLED' if killed else 'passes'}")
+        judged = sum(1 for c in a if len(a[c]) >= 2 and len(b.get(c, [])) >= 2)
+        print(f"  suite ({judged} cells judged): median change of min(download, upload) "
+              f"{dmin:+.1f} points (kill < -{SUITE_POINTS:.0f}), median p95 ratio {ratio:.2f} "
+              f"(kill > {SUITE_RATIO:.2f})")
+        verdict = "no verdict: no cell has 2 runs a side" if not judged else \
+            "KILLED" if killed else "passes"
+        print(f"  verdict: {verdict}")
     if args.aa:
         trials, killed = 200, 0
         for _ in range(trials):
