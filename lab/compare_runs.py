@@ -18,12 +18,14 @@ min(download %, upload %) is below -2 points or the median of the p95 ratios is 
 prints how often it would kill: what a verdict of the rule is worth on these cells.
 """
 import argparse
-import glob
 import json
 import os
 import random
 import statistics as st
 import sys
+from pathlib import Path
+
+from exps.suite import read_lines
 
 MEASURES = ("download %", "upload %", "p95 ms", "alone %")
 TOL_POINTS, TOL_RATIO, SUITE_POINTS, SUITE_RATIO, DRAWS = 3.0, 1.10, 2.0, 1.10, 2000
@@ -52,11 +54,10 @@ def runs(policy, dirs, base):
     """{cell: [(dl %, ul %, p95, alone %), ...]}: one tuple per run with both kinds."""
     by_run = {}
     for w in dirs:
-        files = glob.glob(os.path.join(w, "suite", "results.jsonl"))
-        if not files:
+        path = Path(w) / "suite" / "results.jsonl"
+        if not path.exists():
             sys.exit(f"compare_runs: no suite/results.jsonl under {w}")
-        for line in open(files[0]):
-            j = json.loads(line)
+        for j in read_lines(path):  # the suite's reader: a line cut by a crash is skipped
             if j["policy"] != policy or not j.get("numbers"):
                 continue
             by_run.setdefault((w, j["cell"], j["run"]), {})[j["kind"]] = j["numbers"]

@@ -40,6 +40,10 @@ struct Sent {
   std::vector<uint8_t> bytes;
 };
 
+struct Handshake {
+  Sent syn, syn_ack, ack;
+};
+
 // A connection between a phone and a server, seen at the gateway.
 class Conn {
  public:
@@ -63,20 +67,34 @@ class Conn {
     s.dport = port_;
     return run(s);
   }
-  // SYN from the phone, SYN-ACK from the server, ACK from the phone.
-  void handshake(std::optional<uint8_t> phone_ws, std::optional<uint8_t> server_ws) {
-    from_phone({.seq = kPhoneIsn,
-                .flags = tcpflag::kSyn,
-                .window = 64240,
-                .mss = 1460,
-                .wscale = phone_ws});
-    from_server({.seq = kServerIsn,
-                 .ack = kPhoneIsn + 1,
-                 .flags = tcpflag::kSyn | tcpflag::kAck,
-                 .window = 65535,
-                 .mss = 1460,
-                 .wscale = server_ws});
-    from_phone({.seq = kPhoneIsn + 1, .ack = kServerIsn + 1, .window = 502});
+  // SYN (64240) from the phone, SYN-ACK (65535) from the server, then the phone's ACK
+  // offering 502 units; with `ts`, timestamps on each (phone 100, 101; server 7000).
+  Handshake handshake(std::optional<uint8_t> phone_ws, std::optional<uint8_t> server_ws,
+                      bool ts = false) {
+    Handshake h;
+    h.syn = from_phone({.seq = kPhoneIsn,
+                        .flags = tcpflag::kSyn,
+                        .window = 64240,
+                        .mss = 1460,
+                        .wscale = phone_ws,
+                        .timestamps = ts,
+                        .tsval = 100});
+    h.syn_ack = from_server({.seq = kServerIsn,
+                             .ack = kPhoneIsn + 1,
+                             .flags = tcpflag::kSyn | tcpflag::kAck,
+                             .window = 65535,
+                             .mss = 1460,
+                             .wscale = server_ws,
+                             .timestamps = ts,
+                             .tsval = 7000,
+                             .tsecr = 100});
+    h.ack = from_phone({.seq = kPhoneIsn + 1,
+                        .ack = kServerIsn + 1,
+                        .window = 502,
+                        .timestamps = ts,
+                        .tsval = 101,
+                        .tsecr = 7000});
+    return h;
   }
   // The phone's first `len` bytes of payload (after handshake()): an upload starts.
   Sent phone_data(size_t len) {
@@ -2106,45 +2124,12 @@ TEST(EnginePool, RandomChurnKeepsTheGaugeExactAndEndsEmpty) {
 
 // --- The startup floor from the handshake on --------------------------------------------
 
-// Both knobs rsfc, the startup floor 16 KB; the handshake with timestamps unless told.
+// Both knobs rsfc, the startup floor 16 KB.
 EngineParams floor_params(uint32_t floor = 16384) {
   EngineParams p = rsfc_params();
   p.downlink.policy = Policy::kRsfc;
   p.rsfc.initial_window_bytes = floor;
   return p;
-}
-
-struct Handshake {
-  Sent syn, syn_ack, ack;
-};
-
-// SYN (64240) from the phone, SYN-ACK (65535) from the server, both window scale 7, then the
-// phone's ACK offering 502 << 7 = 64256 bytes.
-Handshake timed_handshake(Conn& c, bool ts = true) {
-  Handshake h;
-  h.syn = c.from_phone({.seq = kPhoneIsn,
-                        .flags = tcpflag::kSyn,
-                        .window = 64240,
-                        .mss = 1460,
-                        .wscale = 7,
-                        .timestamps = ts,
-                        .tsval = 100});
-  h.syn_ack = c.from_server({.seq = kServerIsn,
-                             .ack = kPhoneIsn + 1,
-                             .flags = tcpflag::kSyn | tcpflag::kAck,
-                             .window = 65535,
-                             .mss = 1460,
-                             .wscale = 7,
-                             .timestamps = ts,
-                             .tsval = 7000,
-                             .tsecr = 100});
-  h.ack = c.from_phone({.seq = kPhoneIsn + 1,
-                        .ack = kServerIsn + 1,
-                        .window = 502,
-                        .timestamps = ts,
-                        .tsval = 101,
-                        .tsecr = 7000});
-  return h;
 }
 
 // The first right edge is the handshake's, and an edge is never pulled back: with a startup
@@ -2154,7 +2139,7 @@ Handshake timed_handshake(Conn& c, bool ts = true) {
 TEST(EngineStartupFloor, TheHandshakeAndTheAcksBeforeAnyPayloadStartAtTheFloor) {
   Engine e(16, floor_params());
   Conn c(e);
-  const Handshake h = timed_handshake(c);
+  const Handshake h = c.handshake(7, 7, true);
   EXPECT_EQ(h.syn.view.window, 16384) << "the downlink knob: the server's first edge";
   EXPECT_TRUE(h.syn.result.modified);
   EXPECT_EQ(h.syn.result.outcome, Outcome::kRewritten);
@@ -2204,7 +2189,7 @@ TEST(EngineStartupFloor, HeldOnlyWhereARegulatorWillSteerTheFlow) {
     SCOPED_TRACE("floor 0 = 64 KB");
     Engine e(16, floor_params(0));
     Conn c(e);
-    const Handshake h = timed_handshake(c);
+    const Handshake h = c.handshake(7, 7, true);
     EXPECT_FALSE(h.syn.result.modified);
     EXPECT_FALSE(h.syn_ack.result.modified);
     EXPECT_FALSE(h.ack.result.modified) << "64256 bytes: under 64 KB";
@@ -2213,7 +2198,7 @@ TEST(EngineStartupFloor, HeldOnlyWhereARegulatorWillSteerTheFlow) {
     SCOPED_TRACE("no timestamps");
     Engine e(16, floor_params());
     Conn c(e);
-    const Handshake h = timed_handshake(c, false);
+    const Handshake h = c.handshake(7, 7, false);
     EXPECT_FALSE(h.syn.result.modified) << "the downlink knob leaves a flow without timestamps";
     EXPECT_FALSE(h.ack.result.modified);
     EXPECT_EQ(h.syn_ack.view.window, 16384) << "the uplink knob regulates without them";
@@ -2225,7 +2210,7 @@ TEST(EngineStartupFloor, HeldOnlyWhereARegulatorWillSteerTheFlow) {
     p.downlink.policy = Policy::kObserve;
     Engine e(16, p);
     Conn c(e);
-    const Handshake h = timed_handshake(c);
+    const Handshake h = c.handshake(7, 7, true);
     EXPECT_FALSE(h.syn.result.modified);
     EXPECT_FALSE(h.syn_ack.result.modified);
     EXPECT_FALSE(h.ack.result.modified);

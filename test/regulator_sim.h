@@ -736,8 +736,6 @@ class Simulation {
   };
   static TcpEnd& receiver(FlowState& f) { return f.upload ? *f.server : *f.phone; }
 
-  // The startup floor (rsfc.initial_window_bytes, 0 = 64 KB).
-  static uint32_t startup_floor(uint32_t initial) { return initial > 0 ? initial : 65535u; }
   // The engine's rewrite rule: only lower, never below the floor, never pull the right edge
   // back. Returns the window actually forwarded.
   uint32_t clamp(uint32_t orig, uint32_t ack, uint32_t target, bool edge_valid,
@@ -773,7 +771,7 @@ class Simulation {
     const bool dlq_on = sc_.downlink_queue_regulator && now >= sc_.downlink_regulator_start;
     // The phone's SYN, for the downlink knob (with timestamps: hold_handshake_window).
     if (p.seg.syn() && !p.seg.ack_flag() && dlq_on && p.seg.has_ts) {
-      p.wnd = std::min(p.wnd, startup_floor(sc_.dlq.initial_window_bytes));
+      p.wnd = std::min(p.wnd, startup_floor_bytes(sc_.dlq.initial_window_bytes));
     }
     if (dlq_on) {
       f.dlq.on_uplink_segment(now, p.seg, sc_.dlq);
@@ -845,7 +843,7 @@ class Simulation {
     // The engine holds an rsfc knob's handshake window to the startup floor (Engine::
     // hold_handshake_window): the SYN-ACK's, for the uplink knob.
     if (p.seg.syn() && p.seg.ack_flag() && sc_.uplink == Policy::kRsfc) {
-      p.wnd = std::min(p.wnd, startup_floor(sc_.rsfc.initial_window_bytes));
+      p.wnd = std::min(p.wnd, startup_floor_bytes(sc_.rsfc.initial_window_bytes));
     }
     if (sc_.downlink_queue_regulator && now >= sc_.downlink_regulator_start) {
       f.dlq.on_downlink_segment(now, p.seg, sc_.dlq);

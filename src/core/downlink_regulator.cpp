@@ -333,7 +333,7 @@ uint32_t DownlinkQueueRegulator::window() const {
 }
 
 uint32_t DownlinkQueueRegulator::startup_window(const DownlinkQueueParams& p) const {
-  const double base = p.initial_window_bytes > 0 ? p.initial_window_bytes : kStartupWindow;
+  const double base = startup_floor_bytes(p.initial_window_bytes);
   return window_bytes(std::max(base, startup_inflight_ * p.startup_growth));
 }
 

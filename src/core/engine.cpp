@@ -843,7 +843,7 @@ inline const DirectionParams& Engine::knob_params(Direction dir) const {
 // The startup floor: what an rsfc knob lets a sender have before its regulator has estimates
 // (rsfc.initial_window_bytes; 0 = 64 KB, the most a handshake can offer).
 inline uint32_t Engine::startup_floor() const {
-  return params_.rsfc.initial_window_bytes > 0 ? params_.rsfc.initial_window_bytes : 65535u;
+  return startup_floor_bytes(params_.rsfc.initial_window_bytes);
 }
 
 // Whether the knob in `dir` holds a flow to the startup floor before its regulator starts: an

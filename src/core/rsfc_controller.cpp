@@ -195,7 +195,7 @@ uint32_t UplinkRegulator::window() const {
 }
 
 uint32_t UplinkRegulator::startup_window(const RsfcParams& p) const {
-  const double base = p.initial_window_bytes > 0 ? p.initial_window_bytes : kStartupWindow;
+  const double base = startup_floor_bytes(p.initial_window_bytes);
   return window_bytes(std::max(base, startup_inflight_ * p.startup_growth));
 }
 

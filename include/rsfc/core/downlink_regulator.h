@@ -197,10 +197,9 @@ class DownlinkQueueRegulator {
   static constexpr uint32_t kDefaultMss = 1460;
   static constexpr Nanos kMinSlotSpacing = 1 * kMilli;  // echo / queue sample slots
   static constexpr int kSlotsPerRtt = 6;
-  static constexpr double kStartupWindow = 65535;  // initial_window_bytes 0 means this
-  static constexpr int kRateTicks = 10;            // a rate sample spans >= this many ticks
-  static constexpr Nanos kAckGap = 30 * kMilli;    // an ACK gap above max(this, I): outage
-  static constexpr int kDrainSegments = 4;         // DRAIN: W >= this many MSS
+  static constexpr int kRateTicks = 10;          // a rate sample spans >= this many ticks
+  static constexpr Nanos kAckGap = 30 * kMilli;  // an ACK gap above max(this, I): outage
+  static constexpr int kDrainSegments = 4;       // DRAIN: W >= this many MSS
 
   void on_downlink_segment(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p) {
     on_downlink_segment(now, now, s, p);

@@ -25,6 +25,13 @@ struct DirectionParams {
   uint32_t static_window_bytes = 65535;
 };
 
+// The startup floor an `initial_window_bytes` setting means: 0 = 65535 bytes, the most a
+// handshake (never scaled) can offer. The engine holds handshakes to it; both regulators
+// start from it.
+constexpr uint32_t startup_floor_bytes(uint32_t initial_window_bytes) {
+  return initial_window_bytes > 0 ? initial_window_bytes : 65535u;
+}
+
 // RSFC controller constants (uplink knob). See conf/rsfcd.yaml and rsfc_controller.h for
 // what each one means; T below is the threshold on the filtered uplink buffering delay.
 struct RsfcParams {

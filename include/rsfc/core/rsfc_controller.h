@@ -114,7 +114,6 @@ class UplinkRegulator {
   static constexpr uint32_t kDefaultMss = 1460;
   static constexpr Nanos kMinSlotSpacing = 1 * kMilli;  // echo / lag slots
   static constexpr int kSlotsPerRtt = 6;
-  static constexpr double kStartupWindow = 65535;  // initial_window_bytes 0 means this
   // Variable links (measure_link()): a gap in the flow's arrivals this long, closed by a
   // segment that waited through it, is an outage; delivery below kFallFraction of the flow's
   // rate while its data queues is the link falling; the window it had before is restored by
