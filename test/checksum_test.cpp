@@ -3,6 +3,7 @@
 // The reference is the builder's naive byte-wise checksum, independent of src/core/packet.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -196,6 +197,37 @@ TEST(SetTcpWindow, OnlyWindowAndChecksumBytesChange) {
     EXPECT_EQ(pkt[i], orig[i]) << "byte " << i;
   }
   EXPECT_EQ(field16(pkt, v.tcp_offset + 14), 1000);
+}
+
+// A header-only copy (rsfc-replay of a capture cut at its snap length; its lengths parsed
+// from the IP header): the incremental update needs only the header and gives the checksum
+// the whole packet gets; the full computation needs the payload and writes nothing.
+TEST(SetTcpWindow, HeaderOnlyCopyTakesTheIncrementalUpdateOnly) {
+  const testpkt::TcpSpec s{.flags = tcpflag::kAck, .window = 40000, .payload_len = 1000};
+  std::vector<uint8_t> whole = testpkt::build(s);
+  PacketView vw;
+  ASSERT_EQ(parse_packet(whole, vw), ParseError::kNone);
+  set_tcp_window(whole, vw, 1000, ChecksumState::kComplete);
+
+  std::vector<uint8_t> cut = testpkt::build(s);
+  cut.resize(vw.tcp_offset + vw.tcp_header_len);
+  PacketView vc;
+  ASSERT_EQ(parse_packet(cut, vc, /*cut=*/true), ParseError::kNone);
+  set_tcp_window(cut, vc, 1000, ChecksumState::kComplete);
+  EXPECT_EQ(vc.window, 1000);
+  EXPECT_EQ(vc.checksum, vw.checksum);
+  EXPECT_TRUE(std::equal(cut.begin(), cut.end(), whole.begin()));
+
+  std::vector<uint8_t> cut2 = testpkt::build(s);
+  cut2.resize(cut.size());
+  const std::vector<uint8_t> orig = cut2;
+  ASSERT_EQ(parse_packet(cut2, vc, /*cut=*/true), ParseError::kNone);
+  set_tcp_window(cut2, vc, 1000, ChecksumState::kNotReady);
+  EXPECT_EQ(cut2, orig) << "no payload to compute the whole checksum over";
+  cut2.resize(vc.tcp_offset + 10);  // not even the header
+  const std::vector<uint8_t> orig3 = cut2;
+  set_tcp_window(cut2, vc, 1000, ChecksumState::kComplete);
+  EXPECT_EQ(cut2, orig3);
 }
 
 }  // namespace

@@ -316,6 +316,37 @@ TEST(Engine, TruncatedCopyIsNeverModified) {
   EXPECT_EQ(b, before);
 }
 
+// rsfc-replay's copy of a capture cut at its snap length stands for the whole packet the
+// daemon saw: it is decided and rewritten as that packet (its header only; the checksum
+// updated incrementally, whatever the checksum state says).
+TEST(Engine, ReplayedTruncatedCopyIsRewrittenAsTheWholePacket) {
+  // The same server ACK (600 bytes of payload) after the same handshake: whole, and as a
+  // replayed copy of its headers.
+  auto process = [](size_t cut, PacketMeta meta) {
+    Engine e(100, static_params(4096));
+    Conn c(e);
+    c.handshake(7, 7);
+    std::vector<uint8_t> b = testpkt::build({.src = "198.19.0.2",
+                                             .dst = "198.18.0.2",
+                                             .sport = 443,
+                                             .dport = 40000,
+                                             .seq = kServerIsn + 1,
+                                             .ack = kPhoneIsn + 100000,
+                                             .window = 1000,
+                                             .payload_len = 600});
+    b.resize(b.size() - cut);
+    const PacketResult r = e.process(b, 5 * kMilli, meta);
+    return std::pair{r, b};
+  };
+  const auto [rw, whole] = process(0, {});
+  ASSERT_TRUE(rw.modified);
+  const auto [r, cut] =
+      process(600, {.checksum = ChecksumState::kNotReady, .truncated = true, .replay = true});
+  EXPECT_TRUE(r.modified);
+  EXPECT_EQ(r.outcome, Outcome::kRewritten);
+  EXPECT_TRUE(std::equal(cut.begin(), cut.end(), whole.begin()));
+}
+
 TEST(Engine, ChecksumNotReadyGetsFullChecksum) {
   Engine e(100, static_params(4096));
   Conn c(e);

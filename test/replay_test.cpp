@@ -365,7 +365,7 @@ TEST(Replay, CutRecordsReachTheEngineMarkedTruncated) {
   Capture c;
   flow_a(c);
   // One more server ACK whose frame lost its 4-byte FCS in capture: the IP packet is whole,
-  // but the record says caplen < len, so the engine must not count it as rewritable.
+  // but the record says caplen < len.
   const auto ack = testpkt::build({.src = "198.19.0.2",
                                    .dst = "198.18.0.2",
                                    .sport = 5201,
@@ -390,14 +390,16 @@ TEST(Replay, CutRecordsReachTheEngineMarkedTruncated) {
   std::remove(path.c_str());
   ASSERT_TRUE(s) << s.error().message;
   EXPECT_EQ(s->truncated_records, 2u);
-  // Both have their IP and TCP headers: replayed from them, never rewritten.
+  // Both have their IP and TCP headers: replayed from them, and decided as the daemon, which
+  // gets whole packets, decides them: the ACK's window is rewritten like the others' (the
+  // daemon's own truncated copies are never modified: Engine.TruncatedCopyIsNeverModified).
   EXPECT_EQ(s->header_only_records, 2u);
   EXPECT_EQ(s->headers_cut_records, 0u);
-  EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kTruncatedCopy)], 1u);
-  EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kRewritten)], 20u);
+  EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kTruncatedCopy)], 0u);
+  EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kRewritten)], 21u);
   EXPECT_EQ(s->outcomes[static_cast<size_t>(Outcome::kUnparsed)], 0u);
   EXPECT_EQ(s->knobs[0].acks, 23u);
-  EXPECT_EQ(s->knobs[0].acks_rewritten, 20u);
+  EXPECT_EQ(s->knobs[0].acks_rewritten, 21u);
   EXPECT_HAS(to_text(*s),
              "2 records were cut by the capture's snap length: 2 replayed from their headers");
 }

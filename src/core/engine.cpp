@@ -71,6 +71,12 @@ const char* to_string(Policy p) {
 
 namespace {
 
+// The checksum rule for a rewrite: a replayed header-only record has no payload to recompute
+// a not-ready checksum over, so it is updated incrementally (the replay checks no checksum).
+ChecksumState checksum_state(PacketMeta meta) {
+  return meta.truncated ? ChecksumState::kComplete : meta.checksum;
+}
+
 bool in_any(const std::vector<Prefix>& nets, const IpAddr& a) {
   for (const Prefix& p : nets) {
     if (p.contains(a)) return true;
@@ -811,12 +817,12 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
   bool log = false;  // a control step ran: the record goes out with the window this ACK gets
   const uint64_t target = knob_target(idx, dir, now, rec, log);
   if (enforces(knob_params(dir).policy) && target != UINT64_MAX) {
-    if (meta.truncated) {  // the kernel gave us part of the packet: never modify
+    if (meta.truncated && !meta.replay) {  // the kernel gave us part of the packet: never modify
       if (log) emit_decision(rec, v.window, scale);
       r.outcome = Outcome::kTruncatedCopy;
       return;
     }
-    rewrite_window(pkt, v, receiver, scale, target, meta.checksum, r);
+    rewrite_window(pkt, v, receiver, scale, target, checksum_state(meta), r);
     r.window_out = window_bytes(v.window, scale);
   }
   if (log) emit_decision(rec, v.window, scale);
@@ -865,10 +871,11 @@ inline void Engine::hold_handshake_window(std::span<uint8_t> pkt, PacketView& v,
                                           PacketMeta meta, PacketResult& r) {
   const Direction dir = r.direction;
   const uint32_t floor = startup_floor();
-  if (meta.truncated || v.window <= floor || !holds_from_handshake(dir, v.opts.has_timestamps)) {
+  if ((meta.truncated && !meta.replay) || v.window <= floor ||
+      !holds_from_handshake(dir, v.opts.has_timestamps)) {
     return;
   }
-  rewrite_window(pkt, v, Endpoint{}, 0, floor, meta.checksum, r);
+  rewrite_window(pkt, v, Endpoint{}, 0, floor, checksum_state(meta), r);
   if (!r.modified) return;
   Flow& f = flows_->at(idx);
   Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;

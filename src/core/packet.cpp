@@ -373,7 +373,12 @@ uint16_t tcp_checksum(std::span<const uint8_t> pkt, const PacketView& view) {
 
 void set_tcp_window(std::span<uint8_t> pkt, PacketView& view, uint16_t new_window,
                     ChecksumState state) {
-  if (!view_fits(pkt.size(), view)) return;  // not a view of this packet
+  // The TCP header must be in `pkt`; the payload too when the whole checksum is computed (an
+  // incremental update needs the header alone: a header-only copy replayed from a capture).
+  const bool header_fits = view.tcp_header_len >= kTcpMinHeader && view.tcp_offset <= pkt.size() &&
+                           view.tcp_header_len <= pkt.size() - view.tcp_offset;
+  if (!header_fits) return;  // not a view of this packet
+  if (state != ChecksumState::kComplete && !view_fits(pkt.size(), view)) return;
   uint8_t* t = pkt.data() + view.tcp_offset;
   const uint16_t old_window = be16(t + kTcpWindowAt);
   if (state == ChecksumState::kComplete) {

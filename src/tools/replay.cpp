@@ -264,7 +264,7 @@ void Replayer::feed_ip(std::span<const uint8_t> ip, Nanos now, bool truncated) {
   }
   ++s_.packets_to_engine;
   work_.assign(ip.begin(), ip.end());
-  const PacketResult res = engine_.process(work_, now, {.truncated = truncated});
+  const PacketResult res = engine_.process(work_, now, {.truncated = truncated, .replay = true});
   ++s_.outcomes[static_cast<size_t>(res.outcome)];
   if (truncated)
     ++(res.outcome == Outcome::kUnparsed ? s_.headers_cut_records : s_.header_only_records);

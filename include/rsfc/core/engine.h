@@ -22,6 +22,10 @@ struct PacketMeta {
   ChecksumState checksum = ChecksumState::kComplete;
   // The kernel copied fewer bytes than the packet has (NFQA_CAP_LEN): never modify.
   bool truncated = false;
+  // rsfc-replay's copy of a capture record: its bytes go nowhere, so a truncated one (a
+  // header-only capture) is decided and rewritten as the whole packet would be, its checksum
+  // updated incrementally (never recomputed over a payload it does not have).
+  bool replay = false;
 };
 
 struct PacketResult {

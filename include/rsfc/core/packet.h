@@ -101,7 +101,8 @@ enum class ChecksumState : uint8_t {
 // Writes `new_window` into the TCP header and fixes the checksum: incremental (RFC 1624)
 // when the checksum was complete (an invalid checksum stays exactly as invalid), a full
 // computation when the kernel flagged it not ready (the kernel treats a mangled packet as
-// fully checksummed). Updates view.window and view.checksum.
+// fully checksummed). Updates view.window and view.checksum. `pkt` must hold the TCP header,
+// and the payload too for the full computation; otherwise nothing is written.
 void set_tcp_window(std::span<uint8_t> pkt, PacketView& view, uint16_t new_window,
                     ChecksumState state);
 
