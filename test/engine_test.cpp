@@ -2248,6 +2248,41 @@ TEST(EngineStartupFloor, HeldOnlyWhereARegulatorWillSteerTheFlow) {
   }
 }
 
+// A download: the uplink knob has no regulator (the phone sends no payload), so the server's
+// segments are held to the floor, but only while the server has sent at most 64 KB
+// (Engine::kStartupHoldSent): after that they pass as they come, not one rewrite (and one
+// whole packet returned with its verdict) per segment of the download. The downlink knob's
+// regulator steers the phone's ACKs as before.
+TEST(EngineStartupFloor, TheHoldEndsAfter64KBOfABulkTransferTheOtherWay) {
+  Engine e(16, floor_params());
+  Conn c(e);
+  c.handshake(7, 7, true);
+  uint32_t held = 0, passed = 0, first_passed = 0;
+  for (uint32_t i = 0; i < 100; ++i) {
+    c.now += kMilli;
+    const uint32_t seq = kServerIsn + 1 + i * 1448;
+    const Sent d = c.from_server({.seq = seq,
+                                  .ack = kPhoneIsn + 1,
+                                  .window = 502,
+                                  .timestamps = true,
+                                  .tsval = 7001 + i,
+                                  .tsecr = 101,
+                                  .payload_len = 1448});
+    if (d.result.modified) {
+      EXPECT_EQ(window_bytes(d.view.window, 7), 16384u) << "segment " << i;
+      EXPECT_EQ(passed, 0u) << "segment " << i << ": held again after passing";
+      ++held;
+    } else {
+      EXPECT_EQ(d.view.window, 502) << "segment " << i;
+      if (passed++ == 0) first_passed = (i + 1) * 1448;
+    }
+  }
+  EXPECT_EQ(held, 45u) << "45 segments: 65160 bytes sent";
+  EXPECT_GT(first_passed, Engine::kStartupHoldSent);
+  EXPECT_EQ(pool_used(e, Knob::kUplink), 0u);
+  EXPECT_EQ(pool_used(e, Knob::kDownlink), 1u);
+}
+
 // A truncated copy of a SYN is never modified, and the edge the flow remembers is the one
 // the SYN carried: the phone's next ACK (held to the floor) still offers the server all of it.
 TEST(EngineStartupFloor, ATruncatedSynPassesAndItsEdgeIsKept) {

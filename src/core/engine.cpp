@@ -815,7 +815,9 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
   r.window_in = r.window_out = window_bytes(v.window, scale);
   DecisionRecord rec;
   bool log = false;  // a control step ran: the record goes out with the window this ACK gets
-  const uint64_t target = knob_target(idx, dir, now, rec, log);
+  const Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
+  const uint32_t sent = sender.syn_seen ? v.seq + v.payload_len - (sender.isn + 1) : UINT32_MAX;
+  const uint64_t target = knob_target(idx, dir, now, sent, rec, log);
   if (enforces(knob_params(dir).policy) && target != UINT64_MAX) {
     if (meta.truncated && !meta.replay) {  // the kernel gave us part of the packet: never modify
       if (log) emit_decision(rec, v.window, scale);
@@ -885,8 +887,8 @@ inline void Engine::hold_handshake_window(std::span<uint8_t> pkt, PacketView& v,
 }
 
 // The window the knob's policy wants for an ACK travelling `dir` (UINT64_MAX = no clamp).
-inline uint64_t Engine::knob_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
-                                    bool& log) {
+inline uint64_t Engine::knob_target(uint32_t idx, Direction dir, Nanos now, uint32_t sent,
+                                    DecisionRecord& rec, bool& log) {
   const DirectionParams& knob = knob_params(dir);
   switch (knob.policy) {
     case Policy::kOff:
@@ -894,7 +896,7 @@ inline uint64_t Engine::knob_target(uint32_t idx, Direction dir, Nanos now, Deci
     case Policy::kObserve:  // runs the estimators for the decision log, never enforces
     case Policy::kRsfc:
     case Policy::kDrwa:
-      return regulator_target(idx, dir, now, rec, log);
+      return regulator_target(idx, dir, now, sent, rec, log);
     case Policy::kStatic:
       return knob.static_window_bytes;
   }
@@ -954,18 +956,25 @@ void Engine::join_subscriber(uint32_t idx, UplinkSlot& r) {
 
 // The regulator's target for the flow's knob in `dir` (UINT64_MAX = no clamp). When a
 // control step ran and a sink is set, fills `rec` (all but window_bytes) and sets `log`.
-uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
-                                  bool& log) {
+uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, uint32_t sent,
+                                  DecisionRecord& rec, bool& log) {
   // No regulator yet (it starts with the flow's first payload this way): an rsfc knob holds
   // the flow to the startup floor from its handshake on, as the regulator will, since the
   // edge an ACK advertises now can never be pulled back. Not a flow that will never have one
   // (the pool was full), nor one whose edges were advertised before rsfcd saw it (adopted
-  // after a restart, first seen mid-stream): those pass as they come.
+  // after a restart, first seen mid-stream): those pass as they come. Nor once the ACK's
+  // sender has sent more than kStartupHoldSent of payload the other way: a bulk transfer,
+  // every segment of which would be rewritten (and returned whole with its verdict) to hold
+  // an edge for a transfer this way that has not started; one that starts later on the
+  // connection begins at the edge its peer offers. (After 4 GB the count wraps and the hold
+  // resumes for 64 KB, within the edge already advertised: rewrite_window never pulls it
+  // back.)
   const Flow& f = flows_->at(idx);
   const uint32_t slot = dir == Direction::kToSubscriber ? f.up_slot : f.down_slot;
   if (slot == kNoSlot) {
     const bool refused = dir == Direction::kToSubscriber ? f.up_refused : f.down_refused;
     const bool held = !refused && !f.adopted && f.state != FlowState::kMidstream &&
+                      sent <= kStartupHoldSent &&
                       holds_from_handshake(dir, f.sub.timestamps && f.peer.timestamps);
     return held ? startup_floor() : UINT64_MAX;
   }

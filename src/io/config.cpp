@@ -842,8 +842,9 @@ const FieldTable<RsfcParams> kRsfcFields = {
      "holds back a sender in slow start, but keeps the advertised right edge (which can never be "
      "pulled back) within reach of the first real clamp. It holds from the handshake on: an rsfc "
      "knob also lowers the SYN's or SYN-ACK's window (unscaled) travelling its way, and the ACKs "
-     "before the flow's first payload that way, to this. 0 = 65535 bytes (a handshake's window "
-     "is then never lowered); otherwise at least min_window_bytes."},
+     "before the flow's first payload that way (while their sender has sent at most 64 KB the "
+     "other way), to this. 0 = 65535 bytes (a handshake's window is then never lowered); "
+     "otherwise at least min_window_bytes."},
     {"per_subscriber", bool_field(&RsfcParams::per_subscriber),
      "The regulated uploads of one subscriber address fill one uplink buffer: with true they "
      "share one delivered rate (per rsfcd worker: rsfcd-iptables.sh's default subscriber "

@@ -68,6 +68,10 @@ class Engine {
   // Regulators per knob at most, by default (flows.regulated_max): a million tracked flows
   // (244 B each) and full pools (4.8 KB per slot of both) reserve 535 MB (docs/RESULTS.md §9).
   static constexpr uint32_t kDefaultRegulatedMax = 60000;
+  // A knob holds a flow to the startup floor before its regulator exists (from the
+  // handshake on) only while the ACKs' sender has sent at most this much payload the other
+  // way (regulator_target).
+  static constexpr uint32_t kStartupHoldSent = 65536;
 
   // `flows_max` is fixed for the engine's life (memory is reserved once). `hash_seed`
   // keys the flow hash: the daemon passes a random value. `regulated_max`: each knob's pool
@@ -147,15 +151,17 @@ class Engine {
   inline bool holds_from_handshake(Direction dir, bool timestamps) const;
   inline void hold_handshake_window(std::span<uint8_t> pkt, PacketView& v, uint32_t idx,
                                     PacketMeta meta, PacketResult& r);
-  inline uint64_t knob_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec,
-                              bool& log);
+  inline uint64_t knob_target(uint32_t idx, Direction dir, Nanos now, uint32_t sent,
+                              DecisionRecord& rec, bool& log);
   inline void rewrite_window(std::span<uint8_t> pkt, PacketView& v, const Endpoint& receiver,
                              uint8_t scale, uint64_t target, ChecksumState checksum,
                              PacketResult& r);
   void emit_decision(DecisionRecord& rec, uint16_t raw, uint8_t scale);
   // The regulator's target (UINT64_MAX = no clamp). When a control step ran and a sink is
   // set, fills `rec` (all but window_bytes) and sets `log`.
-  uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now, DecisionRecord& rec, bool& log);
+  // `sent`: payload the packet's sender has sent so far (UINT32_MAX = unknown).
+  uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now, uint32_t sent,
+                            DecisionRecord& rec, bool& log);
   void count_uplink_health(UplinkSlot& s, bool clamps);
   WindowDecision downlink_target(DownlinkSlot& s, Nanos now);
   void count_downlink_health(DownlinkSlot& s);
