@@ -36,8 +36,7 @@
 #              is not off. Flows reach rsfcd mid-stream; it regulates them once it knows
 #              their window scales (from conntrack, or from the handshake with -H).
 #   -t BYTES   the threshold of -k (IP bytes in the knob's direction, headers included, as
-#              conntrack counts them). Default 65536, RSFC's startup window: an upload that
-#              sent less has not been held back by it anyway.
+#              conntrack counts them). Default 65536 (64 KB, the most a handshake offers).
 #   -H         with -k: queue every flow's SYN and SYN-ACK too (2 packets a flow), so rsfcd
 #              learns the window scales, MSS and timestamp use from the handshake.
 #

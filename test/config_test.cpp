@@ -91,7 +91,7 @@ TEST(Config, DefaultsForKeysLeftOut) {
     EXPECT_EQ(c.params.rsfc.tbuff_filter, 200 * kMilli);
     EXPECT_EQ(c.params.rsfc.control_interval_floor, 20 * kMilli);
     EXPECT_EQ(c.params.rsfc.growth_per_rtt, 0.25);
-    EXPECT_EQ(c.params.rsfc.initial_window_bytes, 0u);
+    EXPECT_EQ(c.params.rsfc.initial_window_bytes, 16384u);
     EXPECT_EQ(c.decision_log, "");
     EXPECT_EQ(c.decision_log_max_bytes, 256u << 20);
     EXPECT_EQ(c.params.drwa.alpha, 0.875);
@@ -240,6 +240,12 @@ TEST(Config, OtherValidSpellings) {
       "min_window_bytes: 100000\ndownlink: { policy: observe }\nuplink: { policy: \"off\" }\n"
       "subscriber_networks: [10.0.0.0/8]\n");
   EXPECT_EQ(c.params.uplink.static_window_bytes, 65535u);
+  // A min_window_bytes above the default startup floor (16 KB) is fine while the floor is
+  // left out: no window is written below min_window_bytes. Set explicitly, it must reach it
+  // (BadConfig: initial_window_below_raised_min).
+  c = parse_config("min_window_bytes: 20000\nsubscriber_networks: [10.0.0.0/8]\n");
+  EXPECT_EQ(c.params.rsfc.initial_window_bytes, 16384u);
+  EXPECT_EQ(c.params.min_window_bytes, 20000u);
 }
 
 // rsfc runs on either knob (the downlink one: the downlink queue regulator, on the rsfc
@@ -745,6 +751,9 @@ const BadCase kBadCases[] = {
      "above downlink.static_window_bytes (65535 by default) while downlink.policy is static"},
     {"initial_window_below_min", "rsfc:\n  initial_window_bytes: 2000\n", 2,
      "rsfc.initial_window_bytes", "at least min_window_bytes (2920) (got 2000)"},
+    {"initial_window_below_raised_min",
+     "min_window_bytes: 20000\nrsfc:\n  initial_window_bytes: 16384\n", 3,
+     "rsfc.initial_window_bytes", "at least min_window_bytes (20000) (got 16384)"},
     // metrics.listen
     {"listen_no_port", "metrics: { listen: \"127.0.0.1\" }\n", 1, "metrics.listen",
      "expected host:port"},

@@ -933,21 +933,25 @@ OpenLoopResult run_open_loop_upload(Engine& e, const OpenLoop& o) {
            .sack_permitted = true,
            .tsval = 1000},
           t0);
-  process({.src = server,
-           .dst = phone,
-           .sport = 443,
-           .dport = o.phone_port,
-           .seq = kServerIsn,
-           .ack = kPhoneIsn + 1,
-           .flags = tcpflag::kSyn | tcpflag::kAck,
-           .window = 65535,
-           .mss = 1460,
-           .wscale = scale,
-           .sack_permitted = true,
-           .tsval = 777,
-           .tsecr = 1000},
-          t0 + 2 * kMilli);
+  // The SYN-ACK's window (never scaled) is lowered to the startup floor, 16 KB by default:
+  // one of the windows rsfc applied.
+  const bool synack_lowered = process({.src = server,
+                                       .dst = phone,
+                                       .sport = 443,
+                                       .dport = o.phone_port,
+                                       .seq = kServerIsn,
+                                       .ack = kPhoneIsn + 1,
+                                       .flags = tcpflag::kSyn | tcpflag::kAck,
+                                       .window = 65535,
+                                       .mss = 1460,
+                                       .wscale = scale,
+                                       .sack_permitted = true,
+                                       .tsval = 777,
+                                       .tsecr = 1000},
+                                      t0 + 2 * kMilli)
+                                  .first.modified;
   OpenLoopResult res;
+  res.rewritten = synack_lowered ? 1 : 0;
   uint32_t sent = 0;
   const Nanos seg_gap = 1448 * kSecond / 250000;    // 2 Mbit/s
   std::deque<std::pair<Nanos, uint32_t>> to_phone;  // (reaches the phone at, server TSval)

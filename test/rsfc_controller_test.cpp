@@ -214,11 +214,15 @@ constexpr double kRate = 250'000;
 TEST(RsfcController, StartupClampKeepsTheRightEdgeWithinReach) {
   Script s;
   s.handshake();
-  // No estimates yet: the startup clamp, 64 KB, not "no clamp" (a right edge megabytes ahead
-  // could never be pulled back).
+  // No estimates yet: the startup clamp, the 16 KB floor by default, not "no clamp" (a right
+  // edge megabytes ahead could never be pulled back); 64 KB with initial_window_bytes 0.
   const WindowDecision d = s.reg().target_window(s.now(), s.params());
   EXPECT_EQ(s.reg().state(), RsfcState::kStartup);
-  EXPECT_EQ(d.window, 65535u);
+  EXPECT_EQ(d.window, 16384u);
+  Script s64;
+  s64.params().initial_window_bytes = 0;
+  s64.handshake();
+  EXPECT_EQ(s64.reg().target_window(s64.now(), s64.params()).window, 65535u);
 }
 
 // A slow link with a deep buffer (2G: 12.5 kB/s, 200 ms round trip) and an upload that fills it
@@ -833,6 +837,10 @@ TEST(SimRsfc, AdoptedUploadDrainsTheQueueItStartedBehindAtOnce) {
     sim::Scenario s = restart_on_3g(seed, 0, 8 * kSecond);
     s.warmup = 8 * kSecond;
     s.adopt_drains = adopt_drains;
+    // A 64 KB startup floor (initial_window_bytes 0), under which the restarted regulator's
+    // startup clamp leaves the queue standing. Under the default 16 KB floor the clamp alone
+    // takes it to 26-44 ms, and the drain at once to 8-20 ms.
+    s.rsfc.initial_window_bytes = 0;
     s.duration = 12 * kSecond;
     sim::Simulation sim(s);
     // The uplink queue 1-4 s after the restart.
@@ -922,30 +930,41 @@ TEST(SimRsfc, FourUploadsShareTheBuffer) {
 }
 
 TEST(SimRsfc, UploadsOfOnePhoneKeepTheBufferShortWithAndWithoutADownload) {
-  // 2, 3 and 6 uploads, started together or 0.5 s apart, with and without a download.
+  // 2, 3 and 6 uploads, started together or 0.5 s apart, with and without a download. The
+  // uploads alone run in five phases (Scenario::seed): the shares of six staggered uploads
+  // land anywhere in Jain 0.92-0.97 by phase alone, with either startup floor.
   Scenario dl = three_g();
   dl.uploads = 0;
   const Result alone = run(dl, "download alone");
   for (int ups : {2, 3, 6}) {
     for (Nanos stagger : {Nanos{0}, ms(500)}) {
       for (int downloads : {0, 1}) {
-        Scenario s = three_g();
-        s.uploads = ups;
-        s.upload_stagger = stagger;
-        s.downloads = downloads;
-        s.uplink = Policy::kRsfc;
-        const Result r = sim::simulate(s);
-        std::printf("  %d uploads +%.1f s, %d download: %s\n", ups,
-                    static_cast<double>(stagger) / 1e9, downloads, r.summary().c_str());
-        if (downloads == 0) {
-          EXPECT_LT(r.upq_mean_ms, 100);  // measured 46-80 ms (each flow on its own: 113-153)
-          EXPECT_GT(r.jain, 0.95);        // 0.97-1.00 (0.54-1.00)
-          EXPECT_GE(r.upload_bps, 0.95 * 1.92e6);
-        } else {
+        std::vector<double> jain;
+        for (uint32_t seed = 0; seed < (downloads == 0 ? 5u : 1u); ++seed) {
+          Scenario s = three_g();
+          s.uploads = ups;
+          s.upload_stagger = stagger;
+          s.downloads = downloads;
+          s.uplink = Policy::kRsfc;
+          s.seed = seed;
+          const Result r = sim::simulate(s);
+          std::printf("  %d uploads +%.1f s, %d download, phase %u: %s\n", ups,
+                      static_cast<double>(stagger) / 1e9, downloads, seed, r.summary().c_str());
+          if (downloads == 0) {
+            EXPECT_LT(r.upq_mean_ms, 100);  // measured 46-89 ms (each flow on its own: 113-153)
+            EXPECT_GT(r.jain, 0.9);         // 0.92-1.00 (0.54-1.00)
+            EXPECT_GE(r.upload_bps, 0.95 * 1.92e6);
+            jain.push_back(r.jain);
+            continue;
+          }
           // Download 93-97 % of alone (each flow on its own: 87-91 %); the uploads 1.64-1.73
           // Mbit/s (own rates: 1.73-1.79).
           EXPECT_GE(r.download_bps, 0.92 * alone.download_bps);
           EXPECT_GE(r.upload_bps, 0.8 * 1.92e6);
+        }
+        if (!jain.empty()) {
+          std::sort(jain.begin(), jain.end());
+          EXPECT_GT(jain[jain.size() / 2], 0.95) << ups << " uploads: the median phase";
         }
       }
     }

@@ -1172,7 +1172,10 @@ void check_config(const Reader& r, const Config& c) {
   }
 
   const RsfcParams& rs = c.params.rsfc;
-  if (rs.initial_window_bytes != 0 && rs.initial_window_bytes < c.params.min_window_bytes) {
+  // Set explicitly (the default under a raised min_window_bytes only means the floor: no
+  // window is ever written below min_window_bytes).
+  if (rs.initial_window_bytes != 0 && rs.initial_window_bytes < c.params.min_window_bytes &&
+      r.line_of("rsfc.initial_window_bytes")) {
     r.fail(r.line_of("rsfc.initial_window_bytes").value_or(0), "rsfc.initial_window_bytes",
            "must be 0 (65535 bytes) or at least min_window_bytes (" +
                std::to_string(c.params.min_window_bytes) + ") (got " +
