@@ -1683,6 +1683,26 @@ TEST(EngineDownlinkPacing, DownloadLeavesAtGainTimesThePhonesReceiveRate) {
   EXPECT_GT(e.counters().downlink_windows_applied.get(), 0u);
 }
 
+// The shipped knobs (rsfc on both) with the default startup floor: the uplink knob holds the
+// server's segments to the floor until the server has sent 64 KB (the phone sends no
+// payload), and a rewritten segment is never held; past that they pass unmodified and are
+// paced. (With the hold for the whole download, as the floor was first built, nothing was.)
+TEST(EngineDownlinkPacing, BothKnobsRsfcThePacerTakesOverAfterTheStartupHold) {
+  EngineParams p = paced_params();
+  p.uplink.policy = Policy::kRsfc;
+  ASSERT_EQ(p.rsfc.initial_window_bytes, 16384u);
+  Engine e(16, p);
+  const DownloadResult r = run_download(e, {});
+  uint64_t held = 0, rewritten = 0;
+  for (const auto& d : r.data) {
+    held += d.release_at != 0;
+    rewritten += d.modified;
+    EXPECT_FALSE(d.modified && d.release_at != 0) << "a rewritten packet must leave at once";
+  }
+  EXPECT_EQ(rewritten, 45u) << "the server's first 64 KB";
+  EXPECT_GT(held, r.data.size() / 2) << "a download past its startup is paced";
+}
+
 TEST(EngineDownlinkPacing, OffOrWithoutTimestampsNothingIsHeld) {
   for (const bool timestamps : {true, false}) {
     Engine off(16, downlink_params(Policy::kRsfc));  // pacing.enabled false

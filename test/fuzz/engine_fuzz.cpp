@@ -151,7 +151,10 @@ struct Run {
       FUZZ_CHECK(std::equal(before.begin(), before.end(), pkt.begin()), at);
       return;
     }
-    FUZZ_CHECK(!meta.truncated && parsed == ParseError::kNone && r.knob_ack, at);
+    // A knob ACK's window, or a SYN's or SYN-ACK's: an rsfc knob holds the handshake's window
+    // (never scaled) to the startup floor.
+    const bool syn = in.syn();
+    FUZZ_CHECK(!meta.truncated && parsed == ParseError::kNone && (r.knob_ack || syn), at);
     PacketView out;
     FUZZ_CHECK(parse_packet(pkt, out) == ParseError::kNone, at);
     FUZZ_CHECK(out.tcp_offset == in.tcp_offset && out.payload_len == in.payload_len, at);
@@ -160,9 +163,15 @@ struct Run {
       FUZZ_CHECK(window_or_checksum || pkt[i] == before[i], at);
     }
     FUZZ_CHECK(out.window < in.window, at);
-    FUZZ_CHECK(r.window_out == window_bytes(out.window, r.scale), at);
     const uint64_t floor = engine.params().min_window_bytes;
-    FUZZ_CHECK(r.window_out >= std::min<uint64_t>(r.window_in, floor), at);
+    if (syn) {
+      const uint64_t held =
+          std::max<uint64_t>(startup_floor_bytes(engine.params().rsfc.initial_window_bytes), floor);
+      FUZZ_CHECK(out.window == held, at);
+    } else {
+      FUZZ_CHECK(r.window_out == window_bytes(out.window, r.scale), at);
+      FUZZ_CHECK(r.window_out >= std::min<uint64_t>(r.window_in, floor), at);
+    }
     if (meta.checksum == ChecksumState::kNotReady) {
       FUZZ_CHECK(checksum_residual(pkt, out) == 0, at);
     } else {
