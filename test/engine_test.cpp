@@ -298,17 +298,23 @@ TEST(Engine, NonSubscriberAndUnparsedPassUnchanged) {
   EXPECT_EQ(reasons, 1u);
 }
 
+// A server ACK far into the phone's data, its window (1000, scale 7) above a 4096-byte clamp.
+testpkt::TcpSpec far_server_ack(uint16_t payload_len = 0) {
+  return {.src = "198.19.0.2",
+          .dst = "198.18.0.2",
+          .sport = 443,
+          .dport = 40000,
+          .seq = kServerIsn + 1,
+          .ack = kPhoneIsn + 100000,
+          .window = 1000,
+          .payload_len = payload_len};
+}
+
 TEST(Engine, TruncatedCopyIsNeverModified) {
   Engine e(100, static_params(4096));
   Conn c(e);
   c.handshake(7, 7);
-  std::vector<uint8_t> b = testpkt::build({.src = "198.19.0.2",
-                                           .dst = "198.18.0.2",
-                                           .sport = 443,
-                                           .dport = 40000,
-                                           .seq = kServerIsn + 1,
-                                           .ack = kPhoneIsn + 100000,
-                                           .window = 1000});
+  std::vector<uint8_t> b = testpkt::build(far_server_ack());
   const auto before = b;
   const PacketResult r = e.process(b, 5 * kMilli, {.truncated = true});
   EXPECT_FALSE(r.modified);
@@ -326,14 +332,7 @@ TEST(Engine, ReplayedTruncatedCopyIsRewrittenAsTheWholePacket) {
     Engine e(100, static_params(4096));
     Conn c(e);
     c.handshake(7, 7);
-    std::vector<uint8_t> b = testpkt::build({.src = "198.19.0.2",
-                                             .dst = "198.18.0.2",
-                                             .sport = 443,
-                                             .dport = 40000,
-                                             .seq = kServerIsn + 1,
-                                             .ack = kPhoneIsn + 100000,
-                                             .window = 1000,
-                                             .payload_len = 600});
+    std::vector<uint8_t> b = testpkt::build(far_server_ack(600));
     b.resize(b.size() - cut);
     const PacketResult r = e.process(b, 5 * kMilli, meta);
     return std::pair{r, b};

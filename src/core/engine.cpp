@@ -71,6 +71,12 @@ const char* to_string(Policy p) {
 
 namespace {
 
+// Whether the packet's bytes may be rewritten: not a copy the kernel truncated (the verdict
+// would return it cut short), but a replayed header-only record (its bytes go nowhere).
+bool may_modify(PacketMeta meta) {
+  return !meta.truncated || meta.replay;
+}
+
 // The checksum rule for a rewrite: a replayed header-only record has no payload to recompute
 // a not-ready checksum over, so it is updated incrementally (the replay checks no checksum).
 ChecksumState checksum_state(PacketMeta meta) {
@@ -815,11 +821,9 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
   r.window_in = r.window_out = window_bytes(v.window, scale);
   DecisionRecord rec;
   bool log = false;  // a control step ran: the record goes out with the window this ACK gets
-  const Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
-  const uint32_t sent = sender.syn_seen ? v.seq + v.payload_len - (sender.isn + 1) : UINT32_MAX;
-  const uint64_t target = knob_target(idx, dir, now, sent, rec, log);
+  const uint64_t target = knob_target(idx, dir, now, v, rec, log);
   if (enforces(knob_params(dir).policy) && target != UINT64_MAX) {
-    if (meta.truncated && !meta.replay) {  // the kernel gave us part of the packet: never modify
+    if (!may_modify(meta)) {  // the kernel gave us part of the packet: never modify
       if (log) emit_decision(rec, v.window, scale);
       r.outcome = Outcome::kTruncatedCopy;
       return;
@@ -873,8 +877,7 @@ inline void Engine::hold_handshake_window(std::span<uint8_t> pkt, PacketView& v,
                                           PacketMeta meta, PacketResult& r) {
   const Direction dir = r.direction;
   const uint32_t floor = startup_floor();
-  if ((meta.truncated && !meta.replay) || v.window <= floor ||
-      !holds_from_handshake(dir, v.opts.has_timestamps)) {
+  if (!may_modify(meta) || v.window <= floor || !holds_from_handshake(dir, v.opts.has_timestamps)) {
     return;
   }
   rewrite_window(pkt, v, Endpoint{}, 0, floor, checksum_state(meta), r);
@@ -887,7 +890,7 @@ inline void Engine::hold_handshake_window(std::span<uint8_t> pkt, PacketView& v,
 }
 
 // The window the knob's policy wants for an ACK travelling `dir` (UINT64_MAX = no clamp).
-inline uint64_t Engine::knob_target(uint32_t idx, Direction dir, Nanos now, uint32_t sent,
+inline uint64_t Engine::knob_target(uint32_t idx, Direction dir, Nanos now, const PacketView& v,
                                     DecisionRecord& rec, bool& log) {
   const DirectionParams& knob = knob_params(dir);
   switch (knob.policy) {
@@ -896,7 +899,7 @@ inline uint64_t Engine::knob_target(uint32_t idx, Direction dir, Nanos now, uint
     case Policy::kObserve:  // runs the estimators for the decision log, never enforces
     case Policy::kRsfc:
     case Policy::kDrwa:
-      return regulator_target(idx, dir, now, sent, rec, log);
+      return regulator_target(idx, dir, now, v, rec, log);
     case Policy::kStatic:
       return knob.static_window_bytes;
   }
@@ -956,7 +959,7 @@ void Engine::join_subscriber(uint32_t idx, UplinkSlot& r) {
 
 // The regulator's target for the flow's knob in `dir` (UINT64_MAX = no clamp). When a
 // control step ran and a sink is set, fills `rec` (all but window_bytes) and sets `log`.
-uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, uint32_t sent,
+uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, const PacketView& v,
                                   DecisionRecord& rec, bool& log) {
   // No regulator yet (it starts with the flow's first payload this way): an rsfc knob holds
   // the flow to the startup floor from its handshake on, as the regulator will, since the
@@ -973,8 +976,10 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, uint32
   const uint32_t slot = dir == Direction::kToSubscriber ? f.up_slot : f.down_slot;
   if (slot == kNoSlot) {
     const bool refused = dir == Direction::kToSubscriber ? f.up_refused : f.down_refused;
+    const Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
+    const uint32_t sent = v.seq + v.payload_len - (sender.isn + 1);  // its payload so far
     const bool held = !refused && !f.adopted && f.state != FlowState::kMidstream &&
-                      sent <= kStartupHoldSent &&
+                      sender.syn_seen && sent <= kStartupHoldSent &&
                       holds_from_handshake(dir, f.sub.timestamps && f.peer.timestamps);
     return held ? startup_floor() : UINT64_MAX;
   }

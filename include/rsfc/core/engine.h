@@ -151,7 +151,7 @@ class Engine {
   inline bool holds_from_handshake(Direction dir, bool timestamps) const;
   inline void hold_handshake_window(std::span<uint8_t> pkt, PacketView& v, uint32_t idx,
                                     PacketMeta meta, PacketResult& r);
-  inline uint64_t knob_target(uint32_t idx, Direction dir, Nanos now, uint32_t sent,
+  inline uint64_t knob_target(uint32_t idx, Direction dir, Nanos now, const PacketView& v,
                               DecisionRecord& rec, bool& log);
   inline void rewrite_window(std::span<uint8_t> pkt, PacketView& v, const Endpoint& receiver,
                              uint8_t scale, uint64_t target, ChecksumState checksum,
@@ -159,8 +159,7 @@ class Engine {
   void emit_decision(DecisionRecord& rec, uint16_t raw, uint8_t scale);
   // The regulator's target (UINT64_MAX = no clamp). When a control step ran and a sink is
   // set, fills `rec` (all but window_bytes) and sets `log`.
-  // `sent`: payload the packet's sender has sent so far (UINT32_MAX = unknown).
-  uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now, uint32_t sent,
+  uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now, const PacketView& v,
                             DecisionRecord& rec, bool& log);
   void count_uplink_health(UplinkSlot& s, bool clamps);
   WindowDecision downlink_target(DownlinkSlot& s, Nanos now);
