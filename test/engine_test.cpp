@@ -1509,6 +1509,8 @@ struct DownloadResult {
 struct Download {
   Nanos duration = 12 * kSecond;
   bool timestamps = true;
+  // Payload the phone sends after the handshake (a request) before the download starts.
+  uint32_t request = 0;
   // Reloads: each runs once, before the first phone ACK at or after its time (since the SYN).
   std::vector<std::pair<Nanos, std::function<void(Engine&)>>> hooks{};
 };
@@ -1568,6 +1570,20 @@ DownloadResult run_download(Engine& e, const Download& o) {
            .tsval = 1044,
            .tsecr = 777},
           t0 + 44 * kMilli);
+  if (o.request > 0) {
+    process({.src = phone,
+             .dst = server,
+             .sport = 40000,
+             .dport = 443,
+             .seq = kPhoneIsn + 1,
+             .ack = kServerIsn + 1,
+             .window = 20000,
+             .tsval = 1045,
+             .tsecr = 777,
+             .payload_len = o.request},
+            t0 + 45 * kMilli);
+  }
+  const uint32_t phone_seq = kPhoneIsn + 1 + o.request;
   DownloadResult res;
   struct PendingAck {
     Nanos at;  // reaches the gateway
@@ -1590,7 +1606,7 @@ DownloadResult run_download(Engine& e, const Download& o) {
                                .dst = server,
                                .sport = 40000,
                                .dport = 443,
-                               .seq = kPhoneIsn + 1,
+                               .seq = phone_seq,
                                .ack = a.ack,
                                .window = 20000,
                                .tsval = a.tsval,
@@ -1615,7 +1631,7 @@ DownloadResult run_download(Engine& e, const Download& o) {
                                .sport = 443,
                                .dport = 40000,
                                .seq = kServerIsn + 1 + sent,
-                               .ack = kPhoneIsn + 1,
+                               .ack = phone_seq,
                                .window = 1000,
                                .tsval = server_ts,
                                .tsecr = phone_ts,
@@ -1700,6 +1716,33 @@ TEST(EngineDownlinkPacing, BothKnobsRsfcThePacerTakesOverAfterTheStartupHold) {
   }
   EXPECT_EQ(rewritten, 45u) << "the server's first 64 KB";
   EXPECT_GT(held, r.data.size() / 2) << "a download past its startup is paced";
+}
+
+// The same download beginning with a request (HTTP, TLS): the phone's 517 bytes start the
+// uplink knob's regulator, which has nothing to estimate and stays in its startup. Its startup
+// clamp lets go once the server has sent 64 KB, as the engine's hold does for a flow without
+// a regulator: the rest of the download is neither rewritten nor kept from the pacer. (With
+// the clamp held for the whole download, every segment was rewritten and none paced.)
+TEST(EngineDownlinkPacing, ADownloadThatBeginsWithARequestIsPacedAfterTheStartupHold) {
+  EngineParams p = paced_params();
+  p.uplink.policy = Policy::kRsfc;
+  p.rsfc.initial_window_bytes = 16384;
+  Engine e(16, p);
+  const DownloadResult r = run_download(e, {.request = 517});
+  EXPECT_EQ(e.counters().regulator_pool_used[static_cast<size_t>(Knob::kUplink)].get(), 1u)
+      << "the request started a regulator";
+  uint64_t held = 0, rewritten = 0, last_rewritten = 0;
+  for (size_t i = 0; i < r.data.size(); ++i) {
+    held += r.data[i].release_at != 0;
+    if (r.data[i].modified) {
+      ++rewritten;
+      last_rewritten = i;
+    }
+  }
+  EXPECT_EQ(rewritten, 45u) << "the server's first 64 KB";
+  EXPECT_EQ(last_rewritten, 44u);
+  EXPECT_GT(held, r.data.size() / 2) << "a download past its startup is paced";
+  EXPECT_GT(e.counters().downlink_windows_applied.get(), 0u) << "the downlink knob still steers";
 }
 
 TEST(EngineDownlinkPacing, OffOrWithoutTimestampsNothingIsHeld) {
@@ -2273,7 +2316,7 @@ TEST(EngineStartupFloor, HeldOnlyWhereARegulatorWillSteerTheFlow) {
 
 // A download: the uplink knob has no regulator (the phone sends no payload), so the server's
 // segments are held to the floor, but only while the server has sent at most 64 KB
-// (Engine::kStartupHoldSent): after that they pass as they come, not one rewrite (and one
+// (kStartupHoldOtherWay): after that they pass as they come, not one rewrite (and one
 // whole packet returned with its verdict) per segment of the download. The downlink knob's
 // regulator steers the phone's ACKs as before.
 TEST(EngineStartupFloor, TheHoldEndsAfter64KBOfABulkTransferTheOtherWay) {
@@ -2301,9 +2344,50 @@ TEST(EngineStartupFloor, TheHoldEndsAfter64KBOfABulkTransferTheOtherWay) {
     }
   }
   EXPECT_EQ(held, 45u) << "45 segments: 65160 bytes sent";
-  EXPECT_GT(first_passed, Engine::kStartupHoldSent);
+  EXPECT_GT(first_passed, kStartupHoldOtherWay);
   EXPECT_EQ(pool_used(e, Knob::kUplink), 0u);
   EXPECT_EQ(pool_used(e, Knob::kDownlink), 1u);
+}
+
+// An upload that begins with a few bytes from the server (a TLS handshake): they start the
+// downlink knob's regulator, which then has nothing to estimate and stays in its startup. Its
+// startup clamp holds the phone's segments to the floor only until the phone has sent 64 KB
+// (kStartupHoldOtherWay), as the engine's hold does before a regulator exists; past that they
+// pass as they come (TwoWaySent's test: when the clamp holds again).
+TEST(EngineStartupFloor, TheStartupClampLetsGoOfABulkTransferTheOtherWay) {
+  Engine e(16, floor_params());
+  Conn c(e);
+  c.handshake(7, 7, true);
+  c.now += kMilli;
+  c.from_server({.seq = kServerIsn + 1,
+                 .ack = kPhoneIsn + 1,
+                 .window = 502,
+                 .timestamps = true,
+                 .tsval = 7001,
+                 .tsecr = 101,
+                 .payload_len = 2000});
+  EXPECT_EQ(pool_used(e, Knob::kDownlink), 1u) << "the server's bytes started a regulator";
+  uint32_t held = 0, passed = 0;
+  for (uint32_t i = 0; i < 100; ++i) {
+    c.now += kMilli;
+    const Sent d = c.from_phone({.seq = kPhoneIsn + 1 + i * 1448,
+                                 .ack = kServerIsn + 1 + 2000,
+                                 .window = 502,
+                                 .timestamps = true,
+                                 .tsval = 102 + i,
+                                 .tsecr = 7001,
+                                 .payload_len = 1448});
+    if (d.result.modified) {
+      EXPECT_EQ(window_bytes(d.view.window, 7), 16384u) << "segment " << i;
+      EXPECT_EQ(passed, 0u) << "segment " << i << ": held again after passing";
+      ++held;
+    } else {
+      EXPECT_EQ(d.view.window, 502) << "segment " << i;
+      ++passed;
+    }
+  }
+  EXPECT_EQ(held, 45u) << "45 segments: 65160 bytes sent";
+  EXPECT_EQ(passed, 55u);
 }
 
 // A truncated copy of a SYN is never modified, and the edge the flow remembers is the one

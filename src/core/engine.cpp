@@ -966,12 +966,10 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, const 
   // edge an ACK advertises now can never be pulled back. Not a flow that will never have one
   // (the pool was full), nor one whose edges were advertised before rsfcd saw it (adopted
   // after a restart, first seen mid-stream): those pass as they come. Nor once the ACK's
-  // sender has sent more than kStartupHoldSent of payload the other way: a bulk transfer,
-  // every segment of which would be rewritten (and returned whole with its verdict) to hold
-  // an edge for a transfer this way that has not started; one that starts later on the
-  // connection begins at the edge its peer offers. (After 4 GB the count wraps and the hold
-  // resumes for 64 KB, within the edge already advertised: rewrite_window never pulls it
-  // back.)
+  // sender has sent more than kStartupHoldOtherWay of payload the other way (regulator.h:
+  // a bulk transfer; the regulator's startup clamp lets go of it by the same rule). (After
+  // 4 GB the count wraps and the hold resumes for 64 KB, within the edge already advertised:
+  // rewrite_window never pulls it back.)
   const Flow& f = flows_->at(idx);
   const uint32_t slot = dir == Direction::kToSubscriber ? f.up_slot : f.down_slot;
   if (slot == kNoSlot) {
@@ -979,7 +977,7 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, const 
     const Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
     const uint32_t sent = v.seq + v.payload_len - (sender.isn + 1);  // its payload so far
     const bool held = !refused && !f.adopted && f.state != FlowState::kMidstream &&
-                      sender.syn_seen && sent <= kStartupHoldSent &&
+                      sender.syn_seen && sent <= kStartupHoldOtherWay &&
                       holds_from_handshake(dir, f.sub.timestamps && f.peer.timestamps);
     return held ? startup_floor() : UINT64_MAX;
   }

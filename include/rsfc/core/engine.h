@@ -68,11 +68,6 @@ class Engine {
   // Regulators per knob at most, by default (flows.regulated_max): a million tracked flows
   // (244 B each) and full pools (4.8 KB per slot of both) reserve 535 MB (docs/RESULTS.md §9).
   static constexpr uint32_t kDefaultRegulatedMax = 60000;
-  // A knob holds a flow to the startup floor before its regulator exists (from the
-  // handshake on) only while the ACKs' sender has sent at most this much payload the other
-  // way (regulator_target).
-  static constexpr uint32_t kStartupHoldSent = 65536;
-
   // `flows_max` is fixed for the engine's life (memory is reserved once). `hash_seed`
   // keys the flow hash: the daemon passes a random value. `regulated_max`: each knob's pool
   // of regulators (no more than flows_max), also reserved once; a flow that needs one when its
