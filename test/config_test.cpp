@@ -91,7 +91,7 @@ TEST(Config, DefaultsForKeysLeftOut) {
     EXPECT_EQ(c.params.rsfc.tbuff_filter, 200 * kMilli);
     EXPECT_EQ(c.params.rsfc.control_interval_floor, 20 * kMilli);
     EXPECT_EQ(c.params.rsfc.growth_per_rtt, 0.25);
-    EXPECT_EQ(c.params.rsfc.initial_window_bytes, 0u);
+    EXPECT_EQ(c.params.rsfc.initial_window_bytes, 16384u);
     EXPECT_EQ(c.decision_log, "");
     EXPECT_EQ(c.decision_log_max_bytes, 256u << 20);
     EXPECT_EQ(c.params.drwa.alpha, 0.875);
@@ -240,11 +240,11 @@ TEST(Config, OtherValidSpellings) {
       "min_window_bytes: 100000\ndownlink: { policy: observe }\nuplink: { policy: \"off\" }\n"
       "subscriber_networks: [10.0.0.0/8]\n");
   EXPECT_EQ(c.params.uplink.static_window_bytes, 65535u);
-  // A min_window_bytes above a startup floor is fine while the floor is left at its default:
-  // no window is written below min_window_bytes. Set explicitly, it must reach it (BadConfig:
-  // initial_window_below_raised_min).
+  // A min_window_bytes above the default startup floor (16 KB) is fine while the floor is
+  // left out: no window is written below min_window_bytes. Set explicitly, it must reach it
+  // (BadConfig: initial_window_below_raised_min).
   c = parse_config("min_window_bytes: 20000\nsubscriber_networks: [10.0.0.0/8]\n");
-  EXPECT_EQ(c.params.rsfc.initial_window_bytes, 0u);
+  EXPECT_EQ(c.params.rsfc.initial_window_bytes, 16384u);
   EXPECT_EQ(c.params.min_window_bytes, 20000u);
 }
 

@@ -932,8 +932,8 @@ OpenLoopResult run_open_loop_upload(Engine& e, const OpenLoop& o) {
            .sack_permitted = true,
            .tsval = 1000},
           t0);
-  // The SYN-ACK's window (never scaled) is lowered to a startup floor under 64 KB: one of the
-  // windows rsfc applied.
+  // The SYN-ACK's window (never scaled) is lowered to the startup floor, 16 KB by default:
+  // one of the windows rsfc applied.
   const bool synack_lowered = process({.src = server,
                                        .dst = phone,
                                        .sport = 443,
@@ -1698,14 +1698,14 @@ TEST(EngineDownlinkPacing, DownloadLeavesAtGainTimesThePhonesReceiveRate) {
   EXPECT_GT(e.counters().downlink_windows_applied.get(), 0u);
 }
 
-// The shipped knobs (rsfc on both) with a 16 KB startup floor: the uplink knob holds the
+// The shipped knobs (rsfc on both) with the default startup floor: the uplink knob holds the
 // server's segments to the floor until the server has sent 64 KB (the phone sends no
 // payload), and a rewritten segment is never held; past that they pass unmodified and are
 // paced. (With the hold for the whole download, as the floor was first built, nothing was.)
 TEST(EngineDownlinkPacing, BothKnobsRsfcThePacerTakesOverAfterTheStartupHold) {
   EngineParams p = paced_params();
   p.uplink.policy = Policy::kRsfc;
-  p.rsfc.initial_window_bytes = 16384;
+  ASSERT_EQ(p.rsfc.initial_window_bytes, 16384u);
   Engine e(16, p);
   const DownloadResult r = run_download(e, {});
   uint64_t held = 0, rewritten = 0;

@@ -214,15 +214,15 @@ constexpr double kRate = 250'000;
 TEST(RsfcController, StartupClampKeepsTheRightEdgeWithinReach) {
   Script s;
   s.handshake();
-  // No estimates yet: the startup clamp, 64 KB by default (initial_window_bytes 0), not "no
-  // clamp" (a right edge megabytes ahead could never be pulled back); the floor when set.
+  // No estimates yet: the startup clamp, the 16 KB floor by default, not "no clamp" (a right
+  // edge megabytes ahead could never be pulled back); 64 KB with initial_window_bytes 0.
   const WindowDecision d = s.reg().target_window(s.now(), s.params());
   EXPECT_EQ(s.reg().state(), RsfcState::kStartup);
-  EXPECT_EQ(d.window, 65535u);
-  Script s16;
-  s16.params().initial_window_bytes = 16384;
-  s16.handshake();
-  EXPECT_EQ(s16.reg().target_window(s16.now(), s16.params()).window, 16384u);
+  EXPECT_EQ(d.window, 16384u);
+  Script s64;
+  s64.params().initial_window_bytes = 0;
+  s64.handshake();
+  EXPECT_EQ(s64.reg().target_window(s64.now(), s64.params()).window, 65535u);
 }
 
 TcpSegment segment(uint32_t seq, uint32_t ack, uint32_t len, uint8_t flags = tcpflag::kAck) {

@@ -186,13 +186,12 @@ def test_right_edge_after_lowering_the_clamp(wire, rsfcd):
 
 @pytest.mark.parametrize("v6", FAMILIES)
 def test_rsfc_starts_the_handshake_at_the_startup_floor(wire, rsfcd, v6):
-    """rsfc on both knobs with a startup floor of 16 KB (rsfc.initial_window_bytes 16384):
+    """rsfc on both knobs with the shipped startup floor (rsfc.initial_window_bytes 16384):
     the first right edge of each direction is the handshake's, and an edge is never pulled
     back, so the phone's SYN (timestamps on) and the server's SYN-ACK arrive with their
     windows (never scaled) lowered to 16384, every other byte as sent and the checksums valid;
     the phone's ACK of the SYN-ACK, before any download, offers the server no more."""
-    rsfcd({"uplink": {"policy": "rsfc"}, "downlink": {"policy": "rsfc"},
-           "rsfc": {"initial_window_bytes": 16384}})
+    rsfcd({"uplink": {"policy": "rsfc"}, "downlink": {"policy": "rsfc"}})
     c = Conn(wire, v6=v6)
     check_window(c.syn(64240), 16384, "SYN: the server's first edge")
     check_window(c.synack(65160), 16384, "SYN-ACK: the phone's first edge")

@@ -35,8 +35,8 @@ def test_two_queues_balance(lab, wire, rsfcd):
 
 
 def rsfc_cfg() -> dict:
-    # initial_window_bytes 0 (64 KB, the default): the handshakes pass as sent, which
-    # Conn.handshake() checks byte for byte (a 16 KB floor lowers them: test_clamp.py).
+    # initial_window_bytes 0 (64 KB): the handshakes pass as sent, which Conn.handshake()
+    # checks byte for byte (the default 16 KB lowers the SYN-ACK's window: test_clamp.py).
     return {"uplink": {"policy": "rsfc"}, "downlink": {"policy": "off"},
             "rsfc": {"per_subscriber": True, "initial_window_bytes": 0}}
 

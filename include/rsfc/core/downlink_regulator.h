@@ -170,26 +170,26 @@ struct DownlinkQueueParams {
   Nanos filter = 200 * kMilli;   // q_down: minimum of the raw samples over this
   Nanos interval_floor = 20 * kMilli;  // control interval: rtt clamped to [this, max]
   Nanos max_interval = 1 * kSecond;
-  Nanos rtt_smoothing = 1 * kSecond;  // W is sized on the round trip averaged over this
-  double rtt_gain = 0.25;             // rtt_now: EWMA gain per sample
-  double growth_per_rtt = 0.25;       // SLOW probe: multiplicative growth per step ...
-  double probe_step_queue = 0.5;      // ... but at most rate * this * T bytes per step
-  double probe_below = 0.25;          // probe only while q_down < this * T
-  uint32_t probe_doublings = 4;       // the step cap doubles up to 2^this times
-  double fast_target = 0.75;          // FAST: W = rate * (rtt + this * T)
-  double recut_fraction = 0.9;        // FAST: a cut below this * W is a new cut
-  Nanos min_refresh = 5 * kSecond;    // drain boundaries (unless the queue emptied meanwhile)
-  double refresh_holdoff = 0.5;       // no scheduled drain within this * min_refresh
-  double drain_fraction = 0.75;       // DRAIN: W = this * rate * rtt_now
-  uint32_t drain_after_steps = 3;     // FAST: drain after this many steps in force, q > T
-  Nanos path_check = 1 * kSecond;     // DRAIN: judged after this long with the cut in force
-  Nanos path_tolerance = 5 * kMilli;  // ... a queue whose floor falls less is not the flow's
-  double fall_fraction = 0.5;         // rate_now below this * rate (twice, q > T): link fell
-  double unused_fraction = 0.5;       // in flight below this * W: window unused ...
-  double unused_decay = 0.25;         // ... and shrinks by this per step
-  double startup_growth = 2.0;        // STARTUP clamp >= this * in flight
-  uint32_t initial_window_bytes = 0;  // STARTUP clamp floor; 0 = 64 KB
-  uint32_t min_window_segments = 2;   // W >= this many MSS
+  Nanos rtt_smoothing = 1 * kSecond;      // W is sized on the round trip averaged over this
+  double rtt_gain = 0.25;                 // rtt_now: EWMA gain per sample
+  double growth_per_rtt = 0.25;           // SLOW probe: multiplicative growth per step ...
+  double probe_step_queue = 0.5;          // ... but at most rate * this * T bytes per step
+  double probe_below = 0.25;              // probe only while q_down < this * T
+  uint32_t probe_doublings = 4;           // the step cap doubles up to 2^this times
+  double fast_target = 0.75;              // FAST: W = rate * (rtt + this * T)
+  double recut_fraction = 0.9;            // FAST: a cut below this * W is a new cut
+  Nanos min_refresh = 5 * kSecond;        // drain boundaries (unless the queue emptied meanwhile)
+  double refresh_holdoff = 0.5;           // no scheduled drain within this * min_refresh
+  double drain_fraction = 0.75;           // DRAIN: W = this * rate * rtt_now
+  uint32_t drain_after_steps = 3;         // FAST: drain after this many steps in force, q > T
+  Nanos path_check = 1 * kSecond;         // DRAIN: judged after this long with the cut in force
+  Nanos path_tolerance = 5 * kMilli;      // ... a queue whose floor falls less is not the flow's
+  double fall_fraction = 0.5;             // rate_now below this * rate (twice, q > T): link fell
+  double unused_fraction = 0.5;           // in flight below this * W: window unused ...
+  double unused_decay = 0.25;             // ... and shrinks by this per step
+  double startup_growth = 2.0;            // STARTUP clamp >= this * in flight
+  uint32_t initial_window_bytes = 16384;  // STARTUP clamp floor; 0 = 64 KB
+  uint32_t min_window_segments = 2;       // W >= this many MSS
 };
 
 // The shared constants from the uplink's RsfcParams (same meaning on the other queue).

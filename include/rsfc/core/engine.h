@@ -66,7 +66,7 @@ struct TcpSegment;
 class Engine {
  public:
   // Regulators per knob at most, by default (flows.regulated_max): a million tracked flows
-  // (244 B each) and full pools (4.8 KB per slot of both) reserve 535 MB (docs/RESULTS.md §9).
+  // (244 B each) and full pools (4.9 KB per slot of both) reserve 540 MB (docs/RESULTS.md §9).
   static constexpr uint32_t kDefaultRegulatedMax = 60000;
   // `flows_max` is fixed for the engine's life (memory is reserved once). `hash_seed`
   // keys the flow hash: the daemon passes a random value. `regulated_max`: each knob's pool

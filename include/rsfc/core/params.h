@@ -64,7 +64,7 @@ struct RsfcParams {
   double startup_growth = 2.0;                 // startup clamp >= this * in-flight
   bool per_subscriber = true;                  // uploads of one subscriber share a link rate
   double share_equalize = 0.75;                // ... each flow's share pulled this far to 1/N
-  uint32_t initial_window_bytes = 0;           // startup floor, from the handshake on; 0 = 64 KB
+  uint32_t initial_window_bytes = 16384;       // startup floor, from the handshake on; 0 = 64 KB
   uint32_t probe_doublings = 4;                // probe step cap doubles up to 2^this times
   double recut_fraction = 0.9;                 // fast: a cut below this * W is a new cut
   uint32_t min_window_segments = 2;            // the controller's window >= this many MSS
