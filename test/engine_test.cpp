@@ -2353,7 +2353,7 @@ TEST(EngineStartupFloor, TheHoldEndsAfter64KBOfABulkTransferTheOtherWay) {
 // downlink knob's regulator, which then has nothing to estimate and stays in its startup. Its
 // startup clamp holds the phone's segments to the floor only until the phone has sent 64 KB
 // (kStartupHoldOtherWay), as the engine's hold does before a regulator exists; past that they
-// pass as they come (TwoWaySent's test: when the clamp holds again).
+// pass as they come.
 TEST(EngineStartupFloor, TheStartupClampLetsGoOfABulkTransferTheOtherWay) {
   Engine e(16, floor_params());
   Conn c(e);

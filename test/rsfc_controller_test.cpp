@@ -234,48 +234,17 @@ TcpSegment segment(uint32_t seq, uint32_t ack, uint32_t len, uint8_t flags = tcp
   return t;
 }
 
-// The bytes each way: from the SYN on, retransmissions and reordering counted once, past
-// 4 GB and across the sequence space's wrap.
-TEST(TwoWaySent, CountsEachEndsPayloadOnce) {
-  TwoWaySent t;
-  t.on_own(segment(1000, 0, 0, tcpflag::kSyn));
-  t.on_other(segment(0xFFFF'F000u, 1001, 0, tcpflag::kSyn | tcpflag::kAck));
-  t.on_own(segment(1001, 0, 500));
-  t.on_own(segment(1001, 0, 500));  // a retransmission
-  EXPECT_EQ(t.own(), 500u);
-  t.on_own(segment(2501, 0, 1000));  // 1000 bytes lost before it: below the highest seen
-  t.on_own(segment(1501, 0, 1000));
-  EXPECT_EQ(t.own(), 2500u);
-  uint32_t seq = 0xFFFF'F001u;
-  for (int i = 0; i < 80'000; ++i, seq += 60'000) t.on_other(segment(seq, 3501, 60'000));
-  EXPECT_EQ(t.other(), 80'000ull * 60'000) << "4.8 GB, the sequence space wrapped";
-  TwoWaySent late;  // first heard mid-stream: from its first segment on
-  late.on_own(segment(7777, 0, 100));
-  late.on_own(segment(7877, 0, 100));
-  EXPECT_EQ(late.own(), 200u);
-}
-
-// The startup clamp holds while the other way has sent at most 64 KB, or this way more.
-TEST(TwoWaySent, TheOtherWayIsBulkPast64KBWhileThisWayIsNot) {
-  TwoWaySent t;
-  t.on_own(segment(0, 0, 0, tcpflag::kSyn));
-  t.on_other(segment(0, 1, 0, tcpflag::kSyn | tcpflag::kAck));
-  t.on_own(segment(1, 1, 517));  // a request
-  t.on_other(segment(1, 518, kStartupHoldOtherWay));
-  EXPECT_FALSE(t.other_way_bulk()) << "64 KB: still held";
-  t.on_other(segment(1 + kStartupHoldOtherWay, 518, 1));
-  EXPECT_TRUE(t.other_way_bulk());
-  t.on_own(segment(518, 1, kStartupHoldOtherWay - 517));
-  EXPECT_TRUE(t.other_way_bulk()) << "this way 64 KB";
-  t.on_own(segment(1 + kStartupHoldOtherWay, 1, 1));
-  EXPECT_FALSE(t.other_way_bulk()) << "both ways bulk: held again";
-}
-
-// A download that began with a request: the phone's bytes start the uplink regulator, which
-// then has nothing to estimate. Its startup clamp lets go once the server has sent 64 KB (each
-// of the server's segments carries the window it clamps); it holds again once the phone sends
-// more than that.
-TEST(RsfcController, StartupClampLetsGoOfADownload) {
+// The startup clamp and a bulk transfer the other way (other_way_bulk(), regulator.h: the
+// engine counts both ways from the ISNs). A download that began with a request: the phone's
+// bytes start the uplink regulator, which then has nothing to estimate and stays in STARTUP;
+// once the server has sent 64 KB the clamp lets go (each server segment carries the window it
+// clamps), and it holds again once the phone has sent more than that.
+TEST(RsfcController, StartupClampLetsGoOfABulkTransferTheOtherWay) {
+  EXPECT_FALSE(other_way_bulk(kStartupHoldOtherWay, 517)) << "64 KB: still held";
+  EXPECT_TRUE(other_way_bulk(kStartupHoldOtherWay + 1, 517));
+  EXPECT_TRUE(other_way_bulk(kStartupHoldOtherWay + 1, kStartupHoldOtherWay));
+  EXPECT_FALSE(other_way_bulk(kStartupHoldOtherWay + 1, kStartupHoldOtherWay + 1))
+      << "both ways bulk: held";
   RsfcParams p;
   p.initial_window_bytes = 16384;
   UplinkRegulator r;
@@ -285,18 +254,16 @@ TEST(RsfcController, StartupClampLetsGoOfADownload) {
   r.on_uplink_segment(now + ms(41), segment(1001, 5001, 517), p);
   now += ms(80);
   uint32_t seq = 5001, clamped = 0;
-  for (int i = 0; i < 100; ++i, seq += 1448, now += ms(1)) {
+  for (uint32_t i = 0; i < 100; ++i, seq += 1448, now += ms(1)) {
     r.on_downlink_segment(now, segment(seq, 1518, 1448), p);
-    const WindowDecision d = r.target_window(now, p);
+    const bool bulk = other_way_bulk((i + 1) * 1448, 517);
+    const WindowDecision d = r.target_window(now, p, bulk);
     EXPECT_EQ(r.state(), RsfcState::kStartup);
-    if (d.window != kNoClamp) {
-      EXPECT_EQ(d.window, 16384u);
-      ++clamped;
-    }
+    EXPECT_EQ(d.window, bulk ? kNoClamp : 16384u) << "segment " << i;
+    clamped += d.window != kNoClamp;
   }
   EXPECT_EQ(clamped, 45u) << "the server's first 64 KB";
-  r.on_uplink_segment(now, segment(1518, seq, kStartupHoldOtherWay), p);  // an upload begins
-  EXPECT_EQ(r.target_window(now, p).window, 16384u);
+  EXPECT_EQ(r.target_window(now, p, false).window, 16384u) << "held again";
 }
 
 // A slow link with a deep buffer (2G: 12.5 kB/s, 200 ms round trip) and an upload that fills it

@@ -90,7 +90,6 @@ void DownlinkQueueRegulator::take_handshake(Nanos now, const DownlinkQueueParams
 void DownlinkQueueRegulator::on_downlink_segment(Nanos now, Nanos leaves, const TcpSegment& s,
                                                  const DownlinkQueueParams& p) {
   handshake_.on_segment(now, false, s);
-  sent_.on_own(s);
   take_handshake(now, p);
   if (s.syn()) {
     data_high_ = sample_mark_ = s.seq + 1;
@@ -157,7 +156,6 @@ void DownlinkQueueRegulator::on_data(Nanos now, Nanos leaves, const TcpSegment& 
 void DownlinkQueueRegulator::on_uplink_segment(Nanos now, const TcpSegment& s,
                                                const DownlinkQueueParams& p) {
   handshake_.on_segment(now, true, s);
-  sent_.on_other(s);
   // The phone's MSS option caps the server's segments.
   if (s.syn() && s.mss_option > 0) mss_ = s.mss_option;
   if (!ts_decided_ && !handshake_.synack_seen() && !s.syn()) ts_ = s.has_ts;  // handshake unseen
@@ -309,7 +307,8 @@ void DownlinkQueueRegulator::add_rtt(Nanos now, Nanos rtt_no_queue, const Downli
 // ---------------------------------------------------------------------------------------
 // The control step.
 
-WindowDecision DownlinkQueueRegulator::target_window(Nanos now, const DownlinkQueueParams& p) {
+WindowDecision DownlinkQueueRegulator::target_window(Nanos now, const DownlinkQueueParams& p,
+                                                     bool release) {
   WindowDecision d;
   if (now >= next_step_) {
     d.stepped = step(now, p);
@@ -318,8 +317,8 @@ WindowDecision DownlinkQueueRegulator::target_window(Nanos now, const DownlinkQu
                             state_ == DownlinkState::kDrain);
   }
   if (state_ == DownlinkState::kNoTimestamps) return d;  // kNoClamp
-  // In its startup the clamp lets go of a flow that is a bulk upload (kStartupHoldOtherWay).
-  if (!clamping_ && sent_.other_way_bulk()) return d;  // kNoClamp; no edge asked for
+  // In its startup the clamp lets go of a bulk upload (kStartupHoldOtherWay).
+  if (!clamping_ && release) return d;  // kNoClamp; no edge asked for
   d.window = clamping_ ? window() : startup_window(p);
   // The right edge this asks for; a cut holds once the phone acknowledged up to the highest.
   const uint32_t edge = ack_high_ + std::max(d.window, window_bytes(min_window()));

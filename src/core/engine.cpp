@@ -965,29 +965,25 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, const 
   // the flow to the startup floor from its handshake on, as the regulator will, since the
   // edge an ACK advertises now can never be pulled back. Not a flow that will never have one
   // (the pool was full), nor one whose edges were advertised before rsfcd saw it (adopted
-  // after a restart, first seen mid-stream): those pass as they come. Nor once the ACK's
-  // sender has sent more than kStartupHoldOtherWay of payload the other way (regulator.h:
-  // a bulk transfer; the regulator's startup clamp lets go of it by the same rule). (After
-  // 4 GB the count wraps and the hold resumes for 64 KB, within the edge already advertised:
-  // rewrite_window never pulls it back.)
+  // after a restart, first seen mid-stream): those pass as they come. Nor a bulk transfer
+  // the other way (bulk_other_way()); a regulator in its startup lets go of one too.
   const Flow& f = flows_->at(idx);
   const uint32_t slot = dir == Direction::kToSubscriber ? f.up_slot : f.down_slot;
+  const bool bulk = bulk_other_way(f, dir, v);
   if (slot == kNoSlot) {
     const bool refused = dir == Direction::kToSubscriber ? f.up_refused : f.down_refused;
-    const Endpoint& sender = dir == Direction::kToSubscriber ? f.peer : f.sub;
-    const uint32_t sent = v.seq + v.payload_len - (sender.isn + 1);  // its payload so far
     const bool held = !refused && !f.adopted && f.state != FlowState::kMidstream &&
-                      sender.syn_seen && sent <= kStartupHoldOtherWay &&
+                      (dir == Direction::kToSubscriber ? f.peer : f.sub).syn_seen && !bulk &&
                       holds_from_handshake(dir, f.sub.timestamps && f.peer.timestamps);
     return held ? startup_floor() : UINT64_MAX;
   }
   WindowDecision d;
   if (dir == Direction::kToSubscriber) {
     UplinkSlot& s = regs_->up.at(slot);
-    d = s.up.target_window(now, params_.rsfc);
+    d = s.up.target_window(now, params_.rsfc, bulk);
     count_uplink_health(s, d.window != kNoClamp);
   } else {
-    d = downlink_target(regs_->down.at(slot), now);
+    d = downlink_target(regs_->down.at(slot), now, bulk);
   }
   const uint64_t target = d.window == kNoClamp ? UINT64_MAX : d.window;
   if (d.stepped && sink_) {
@@ -1002,10 +998,24 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, const 
   return target;
 }
 
-// The downlink knob's regulator's target (no clamp before its first segment).
-WindowDecision Engine::downlink_target(DownlinkSlot& r, Nanos now) {
+// Whether the flow is a bulk transfer the other way from the knob in `dir` (other_way_bulk(),
+// regulator.h), from the ACK and the endpoints' ISNs: the payload its sender has sent, and
+// what it acknowledges of the knob's way. Without both ISNs (a flow seen without its
+// handshake), no. After 4 GB a count wraps: the hold resumes for 64 KB, within the edge
+// already advertised (rewrite_window never pulls it back).
+bool Engine::bulk_other_way(const Flow& f, Direction dir, const PacketView& v) {
+  const bool up = dir == Direction::kToSubscriber;
+  const Endpoint& sender = up ? f.peer : f.sub;
+  const Endpoint& carrier = up ? f.sub : f.peer;
+  if (!sender.syn_seen || !carrier.syn_seen) return false;
+  return other_way_bulk(v.seq + v.payload_len - (sender.isn + 1), v.ack - (carrier.isn + 1));
+}
+
+// The downlink knob's regulator's target (no clamp before its first segment); `release` as
+// for DownlinkQueueRegulator::target_window().
+WindowDecision Engine::downlink_target(DownlinkSlot& r, Nanos now, bool release) {
   if (auto* q = std::get_if<DownlinkQueueRegulator>(&r.down)) {
-    const WindowDecision d = q->target_window(now, down_params_);
+    const WindowDecision d = q->target_window(now, down_params_, release);
     if (d.held) counters_.downlink_steps_held.add();
     count_downlink_health(r);
     return d;

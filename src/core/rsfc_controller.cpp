@@ -50,7 +50,6 @@ void UplinkRegulator::take_handshake(Nanos now, const RsfcParams& p) {
 
 void UplinkRegulator::on_uplink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p) {
   handshake_.on_segment(now, true, s);
-  sent_.on_own(s);
   if (!ts_decided_ && !handshake_.synack_seen() && !s.syn()) ts_ = s.has_ts;  // handshake unseen
   take_handshake(now, p);
   if (s.syn()) delivered_.start(s.seq + 1);
@@ -149,7 +148,6 @@ void UplinkRegulator::on_uplink_lag(Nanos now, const TcpSegment& s, const RsfcPa
 
 void UplinkRegulator::on_downlink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p) {
   handshake_.on_segment(now, false, s);
-  sent_.on_other(s);
   // The peer's MSS option caps the phone's segments.
   if (s.syn() && s.mss_option > 0) mss_ = s.mss_option;
   take_handshake(now, p);
@@ -183,12 +181,12 @@ void UplinkRegulator::on_window_forwarded(Nanos now, uint32_t right_edge, const 
 // ---------------------------------------------------------------------------------------
 // The control step.
 
-WindowDecision UplinkRegulator::target_window(Nanos now, const RsfcParams& p) {
+WindowDecision UplinkRegulator::target_window(Nanos now, const RsfcParams& p, bool release) {
   WindowDecision d;
   if (now >= next_step_) d.stepped = step(now, p);
   d.window = window();
-  // In its startup the clamp lets go of a flow that is a bulk download (kStartupHoldOtherWay).
-  if (!clamping_) d.window = sent_.other_way_bulk() ? kNoClamp : startup_window(p);
+  // In its startup the clamp lets go of a bulk download (kStartupHoldOtherWay).
+  if (!clamping_) d.window = release ? kNoClamp : startup_window(p);
   return d;
 }
 

@@ -80,10 +80,10 @@
 // STARTUP  max(initial_window_bytes, startup_growth * in flight), in flight less the flow's
 //          own downlink queue (rate * q_down): never holds a sender in slow start back, but
 //          keeps the right edge (never pulled back) within reach. The engine holds the flow
-//          to the floor from its handshake on. No clamp while the phone has sent more than
-//          kStartupHoldOtherWay and the server at most that (regulator.h: a bulk upload that
-//          began with a few bytes from the server, e.g. TLS; held, its every segment would
-//          be rewritten).
+//          to the floor from its handshake on. No clamp on a bulk upload (the engine's
+//          `release`: the phone has sent more than kStartupHoldOtherWay and the server at
+//          most that, regulator.h; an upload after a few bytes from the server, e.g. TLS:
+//          held, its every segment would be rewritten).
 // SLOW     the queue is short (q_down < probe_below * T, or one packet): probe, W grows by
 //          growth_per_rtt of itself, by at most probe_step_queue * T of queue (doubling while
 //          it stays short); the next probe waits until this one can show in q_down (a round
@@ -214,7 +214,9 @@ class DownlinkQueueRegulator {
   void on_downlink_segment(Nanos now, Nanos leaves, const TcpSegment& s,
                            const DownlinkQueueParams& p);
   void on_uplink_segment(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p);
-  WindowDecision target_window(Nanos now, const DownlinkQueueParams& p);
+  // `release`: the flow is a bulk upload (other_way_bulk(), regulator.h): in STARTUP no
+  // clamp, past it no difference.
+  WindowDecision target_window(Nanos now, const DownlinkQueueParams& p, bool release = false);
   // The right edge the phone's ACK left the gateway with (ack + window as sent).
   void on_window_forwarded(uint32_t edge);
 
@@ -388,7 +390,6 @@ class DownlinkQueueRegulator {
   // Control state.
   double window_ = 0;  // W, bytes (valid when clamping_)
   double startup_inflight_ = 0;
-  TwoWaySent sent_;  // the server's payload and the phone's
   Nanos next_step_ = 0;
   Nanos last_step_at_ = 0;
   DownlinkState state_ = DownlinkState::kStartup;

@@ -66,7 +66,7 @@ struct TcpSegment;
 class Engine {
  public:
   // Regulators per knob at most, by default (flows.regulated_max): a million tracked flows
-  // (244 B each) and full pools (4.9 KB per slot of both) reserve 540 MB (docs/RESULTS.md §9).
+  // (244 B each) and full pools (4.9 KB per slot of both) reserve 536 MB (docs/RESULTS.md §9).
   static constexpr uint32_t kDefaultRegulatedMax = 60000;
   // `flows_max` is fixed for the engine's life (memory is reserved once). `hash_seed`
   // keys the flow hash: the daemon passes a random value. `regulated_max`: each knob's pool
@@ -157,7 +157,8 @@ class Engine {
   uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now, const PacketView& v,
                             DecisionRecord& rec, bool& log);
   void count_uplink_health(UplinkSlot& s, bool clamps);
-  WindowDecision downlink_target(DownlinkSlot& s, Nanos now);
+  WindowDecision downlink_target(DownlinkSlot& s, Nanos now, bool release);
+  static bool bulk_other_way(const Flow& f, Direction dir, const PacketView& v);
   void count_downlink_health(DownlinkSlot& s);
   void describe_flow(DecisionRecord& rec, uint32_t idx, Direction dir, Nanos now,
                      uint64_t target) const;

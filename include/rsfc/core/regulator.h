@@ -29,50 +29,17 @@ struct WindowDecision {
 
 // A knob holds a flow to its startup floor (before the knob's regulator exists: the engine;
 // with a regulator in its startup: the startup clamp) only while the ACKs' sender has sent at
-// most this much payload the other way, or the flow has sent more than this the knob's way.
-// Past it the flow is a bulk transfer the other way, every segment of which carries the
+// most this much payload the other way, or the flow has carried more than this the knob's
+// way. Past it the flow is a bulk transfer the other way, every segment of which carries the
 // knob's window: each would be rewritten (and handed back whole with its verdict, never
 // paced) to hold an edge for a transfer this way that has not started. One that starts later
 // on the connection is held again from the edge already advertised, which is never pulled
-// back.
+// back. The engine counts both from the endpoints' ISNs (no memory per flow); a flow seen
+// without its handshake has none, and its regulator's startup clamp holds as it comes.
 constexpr uint32_t kStartupHoldOtherWay = 65536;
-
-// The payload each end of a flow has sent, as a regulator hears its segments: the bytes
-// below the highest sequence seen, from the SYN (or the first segment heard) on. Counted in
-// 64 bits: a connection's sequence numbers wrap, this count does not.
-class TwoWaySent {
- public:
-  void on_own(const TcpSegment& s) { own_.on(s); }      // a segment the knob's way
-  void on_other(const TcpSegment& s) { other_.on(s); }  // one carrying the knob's window
-  uint64_t own() const { return own_.sent; }
-  uint64_t other() const { return other_.sent; }
-  // The startup clamp lets go (kStartupHoldOtherWay).
-  bool other_way_bulk() const {
-    return other_.sent > kStartupHoldOtherWay && own_.sent <= kStartupHoldOtherWay;
-  }
-
- private:
-  struct Side {
-    uint64_t sent = 0;
-    uint32_t high = 0;  // the highest sequence seen (after the SYN: ISN + 1)
-    bool known = false;
-    void on(const TcpSegment& s) {
-      if (s.syn()) {
-        if (!known) high = s.seq + 1;
-        known = true;
-        return;
-      }
-      const uint32_t end = s.seq + s.payload_len;
-      if (!known) high = s.seq;
-      known = true;
-      if (seq_gt(end, high)) {
-        sent += end - high;
-        high = end;
-      }
-    }
-  };
-  Side own_, other_;
-};
+constexpr bool other_way_bulk(uint32_t sent_other_way, uint32_t carried_this_way) {
+  return sent_other_way > kStartupHoldOtherWay && carried_this_way <= kStartupHoldOtherWay;
+}
 
 // What the regulated upload flows of one subscriber share. They fill one uplink buffer, so
 // their delivered rates are shares of one link. A flow's own rate is a windowed maximum: it

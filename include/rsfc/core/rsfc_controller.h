@@ -68,9 +68,9 @@
 //          rtt_now)): it never holds a sender in slow start back, but keeps the right edge
 //          (which cannot be pulled back) close enough that the first real window takes hold
 //          within a round trip. The engine holds the flow to the floor from its handshake on.
-//          No clamp while the server has sent more than kStartupHoldOtherWay and the phone at
-//          most that (regulator.h: a download that began with a request; held, its every
-//          segment would be rewritten).
+//          No clamp on a bulk download (the engine's `release`: the server has sent more than
+//          kStartupHoldOtherWay and the phone at most that, regulator.h; a download that began
+//          with a request: held, its every segment would be rewritten).
 //          W then starts at the in-flight estimate rho * (rtt_now + t_buff).
 // SLOW     the buffer is empty (t_buff < probe_below * T, or under one packet): probe, W grows
 //          by growth_per_rtt of itself, by at most probe_step_queue * T of queue (doubling
@@ -128,7 +128,9 @@ class UplinkRegulator {
 
   void on_uplink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
   void on_downlink_segment(Nanos now, const TcpSegment& s, const RsfcParams& p);
-  WindowDecision target_window(Nanos now, const RsfcParams& p);
+  // `release`: the flow is a bulk download (other_way_bulk(), regulator.h): in STARTUP no
+  // clamp, past it no difference.
+  WindowDecision target_window(Nanos now, const RsfcParams& p, bool release = false);
   void on_window_forwarded(Nanos now, uint32_t right_edge, const RsfcParams& p);
   // The flow was adopted mid-stream (Engine::adopt, docs/DESIGN.md §5a): it started behind
   // whatever queue stood then, and its minimum has that queue in it. Its first drain comes at
@@ -342,7 +344,6 @@ class UplinkRegulator {
   // Control state.
   double window_ = 0;            // W, bytes (valid when clamping_)
   double startup_inflight_ = 0;  // STARTUP: the phone's in-flight estimate, bytes
-  TwoWaySent sent_;              // the phone's payload and the server's
   Nanos next_step_ = 0;
   Nanos last_step_at_ = 0;
   RsfcState state_ = RsfcState::kStartup;
