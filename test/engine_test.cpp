@@ -2314,6 +2314,37 @@ TEST(EngineStartupFloor, HeldOnlyWhereARegulatorWillSteerTheFlow) {
   }
 }
 
+// 100 segments of 1448 bytes from one end after handshake(7, 7, true), each acknowledging
+// `acked` bytes of the other end's and offering it 502 << 7: how many the knob held to the
+// 16 KB floor (all before any that passed), how many passed untouched, and the bytes sent
+// when the first passed.
+struct BulkHold {
+  uint32_t held = 0, passed = 0, first_passed = 0;
+};
+BulkHold send_bulk(Conn& c, bool from_phone, uint32_t acked) {
+  BulkHold h;
+  for (uint32_t i = 0; i < 100; ++i) {
+    c.now += kMilli;
+    TcpSpec s{.seq = (from_phone ? kPhoneIsn : kServerIsn) + 1 + i * 1448,
+              .ack = (from_phone ? kServerIsn : kPhoneIsn) + 1 + acked,
+              .window = 502,
+              .timestamps = true,
+              .tsval = (from_phone ? 102 : 7001) + i,
+              .tsecr = from_phone ? 7001u : 101u,
+              .payload_len = 1448};
+    const Sent d = from_phone ? c.from_phone(s) : c.from_server(s);
+    if (d.result.modified) {
+      EXPECT_EQ(window_bytes(d.view.window, 7), 16384u) << "segment " << i;
+      EXPECT_EQ(h.passed, 0u) << "segment " << i << ": held again after passing";
+      ++h.held;
+    } else {
+      EXPECT_EQ(d.view.window, 502) << "segment " << i;
+      if (h.passed++ == 0) h.first_passed = (i + 1) * 1448;
+    }
+  }
+  return h;
+}
+
 // A download: the uplink knob has no regulator (the phone sends no payload), so the server's
 // segments are held to the floor, but only while the server has sent at most 64 KB
 // (kStartupHoldOtherWay): after that they pass as they come, not one rewrite (and one
@@ -2323,28 +2354,9 @@ TEST(EngineStartupFloor, TheHoldEndsAfter64KBOfABulkTransferTheOtherWay) {
   Engine e(16, floor_params());
   Conn c(e);
   c.handshake(7, 7, true);
-  uint32_t held = 0, passed = 0, first_passed = 0;
-  for (uint32_t i = 0; i < 100; ++i) {
-    c.now += kMilli;
-    const uint32_t seq = kServerIsn + 1 + i * 1448;
-    const Sent d = c.from_server({.seq = seq,
-                                  .ack = kPhoneIsn + 1,
-                                  .window = 502,
-                                  .timestamps = true,
-                                  .tsval = 7001 + i,
-                                  .tsecr = 101,
-                                  .payload_len = 1448});
-    if (d.result.modified) {
-      EXPECT_EQ(window_bytes(d.view.window, 7), 16384u) << "segment " << i;
-      EXPECT_EQ(passed, 0u) << "segment " << i << ": held again after passing";
-      ++held;
-    } else {
-      EXPECT_EQ(d.view.window, 502) << "segment " << i;
-      if (passed++ == 0) first_passed = (i + 1) * 1448;
-    }
-  }
-  EXPECT_EQ(held, 45u) << "45 segments: 65160 bytes sent";
-  EXPECT_GT(first_passed, kStartupHoldOtherWay);
+  const BulkHold h = send_bulk(c, false, 0);
+  EXPECT_EQ(h.held, 45u) << "45 segments: 65160 bytes sent";
+  EXPECT_GT(h.first_passed, kStartupHoldOtherWay);
   EXPECT_EQ(pool_used(e, Knob::kUplink), 0u);
   EXPECT_EQ(pool_used(e, Knob::kDownlink), 1u);
 }
@@ -2367,27 +2379,9 @@ TEST(EngineStartupFloor, TheStartupClampLetsGoOfABulkTransferTheOtherWay) {
                  .tsecr = 101,
                  .payload_len = 2000});
   EXPECT_EQ(pool_used(e, Knob::kDownlink), 1u) << "the server's bytes started a regulator";
-  uint32_t held = 0, passed = 0;
-  for (uint32_t i = 0; i < 100; ++i) {
-    c.now += kMilli;
-    const Sent d = c.from_phone({.seq = kPhoneIsn + 1 + i * 1448,
-                                 .ack = kServerIsn + 1 + 2000,
-                                 .window = 502,
-                                 .timestamps = true,
-                                 .tsval = 102 + i,
-                                 .tsecr = 7001,
-                                 .payload_len = 1448});
-    if (d.result.modified) {
-      EXPECT_EQ(window_bytes(d.view.window, 7), 16384u) << "segment " << i;
-      EXPECT_EQ(passed, 0u) << "segment " << i << ": held again after passing";
-      ++held;
-    } else {
-      EXPECT_EQ(d.view.window, 502) << "segment " << i;
-      ++passed;
-    }
-  }
-  EXPECT_EQ(held, 45u) << "45 segments: 65160 bytes sent";
-  EXPECT_EQ(passed, 55u);
+  const BulkHold h = send_bulk(c, true, 2000);
+  EXPECT_EQ(h.held, 45u) << "45 segments: 65160 bytes sent";
+  EXPECT_EQ(h.passed, 55u);
 }
 
 // A truncated copy of a SYN is never modified, and the edge the flow remembers is the one

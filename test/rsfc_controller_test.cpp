@@ -225,15 +225,6 @@ TEST(RsfcController, StartupClampKeepsTheRightEdgeWithinReach) {
   EXPECT_EQ(s64.reg().target_window(s64.now(), s64.params()).window, 65535u);
 }
 
-TcpSegment segment(uint32_t seq, uint32_t ack, uint32_t len, uint8_t flags = tcpflag::kAck) {
-  TcpSegment t;
-  t.seq = seq;
-  t.ack = ack;
-  t.payload_len = len;
-  t.flags = flags;
-  return t;
-}
-
 // The startup clamp and a bulk transfer the other way (other_way_bulk(), regulator.h: the
 // engine counts both ways from the ISNs). A download that began with a request: the phone's
 // bytes start the uplink regulator, which then has nothing to estimate and stays in STARTUP;
@@ -249,13 +240,16 @@ TEST(RsfcController, StartupClampLetsGoOfABulkTransferTheOtherWay) {
   p.initial_window_bytes = 16384;
   UplinkRegulator r;
   Nanos now = kSecond;
-  r.on_uplink_segment(now, segment(1000, 0, 0, tcpflag::kSyn), p);
-  r.on_downlink_segment(now + ms(40), segment(5000, 1001, 0, tcpflag::kSyn | tcpflag::kAck), p);
-  r.on_uplink_segment(now + ms(41), segment(1001, 5001, 517), p);
+  r.on_uplink_segment(now, {.seq = 1000, .flags = tcpflag::kSyn}, p);
+  r.on_downlink_segment(now + ms(40),
+                        {.seq = 5000, .ack = 1001, .flags = tcpflag::kSyn | tcpflag::kAck}, p);
+  r.on_uplink_segment(now + ms(41),
+                      {.seq = 1001, .ack = 5001, .payload_len = 517, .flags = tcpflag::kAck}, p);
   now += ms(80);
   uint32_t seq = 5001, clamped = 0;
   for (uint32_t i = 0; i < 100; ++i, seq += 1448, now += ms(1)) {
-    r.on_downlink_segment(now, segment(seq, 1518, 1448), p);
+    r.on_downlink_segment(
+        now, {.seq = seq, .ack = 1518, .payload_len = 1448, .flags = tcpflag::kAck}, p);
     const bool bulk = other_way_bulk((i + 1) * 1448, 517);
     const WindowDecision d = r.target_window(now, p, bulk);
     EXPECT_EQ(r.state(), RsfcState::kStartup);
