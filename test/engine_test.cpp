@@ -350,15 +350,8 @@ TEST(Engine, ChecksumNotReadyGetsFullChecksum) {
   Engine e(100, static_params(4096));
   Conn c(e);
   c.handshake(7, 7);
-  TcpSpec s{.src = "198.19.0.2",
-            .dst = "198.18.0.2",
-            .sport = 443,
-            .dport = 40000,
-            .seq = kServerIsn + 1,
-            .ack = kPhoneIsn + 100000,
-            .window = 1000,
-            .payload_len = 101,
-            .partial_checksum = true};
+  TcpSpec s = far_server_ack(101);
+  s.partial_checksum = true;
   std::vector<uint8_t> b = testpkt::build(s);
   const PacketResult r = e.process(b, 5 * kMilli, {.checksum = ChecksumState::kNotReady});
   ASSERT_TRUE(r.modified);
@@ -907,6 +900,37 @@ std::pair<PacketResult, PacketView> process_checked(Engine& e, TcpSpec s, Nanos 
   return {r, out};
 }
 
+// The handshake the open-loop drivers begin with: the phone's SYN from `port` (198.18.0.2 to
+// 198.19.0.2:443, window scale 7, TSval 1000) and the server's SYN-ACK (TSval 777).
+TcpSpec opening_syn(uint16_t port) {
+  return {.src = "198.18.0.2",
+          .dst = "198.19.0.2",
+          .sport = port,
+          .dport = 443,
+          .seq = kPhoneIsn,
+          .flags = tcpflag::kSyn,
+          .window = 64240,
+          .mss = 1460,
+          .wscale = 7,
+          .sack_permitted = true,
+          .tsval = 1000};
+}
+TcpSpec opening_synack(uint16_t port) {
+  return {.src = "198.19.0.2",
+          .dst = "198.18.0.2",
+          .sport = 443,
+          .dport = port,
+          .seq = kServerIsn,
+          .ack = kPhoneIsn + 1,
+          .flags = tcpflag::kSyn | tcpflag::kAck,
+          .window = 65535,
+          .mss = 1460,
+          .wscale = 7,
+          .sack_permitted = true,
+          .tsval = 777,
+          .tsecr = 1000};
+}
+
 // A phone uploading open-loop at 2 Mbit/s into a buffer that fills (its queueing delay
 // rises 100 ms per second up to 1.5 s, then stays: a full drop-tail buffer), seen at the
 // gateway: the phone's segments carry TSval = its 1 ms clock and echo the TSval of the last
@@ -920,35 +944,10 @@ OpenLoopResult run_open_loop_upload(Engine& e, const OpenLoop& o) {
   const uint8_t scale = 7;
   auto process = [&](TcpSpec s, Nanos at) { return process_checked(e, s, at, o.timestamps); };
   const Nanos t0 = o.start;
-  process({.src = phone,
-           .dst = server,
-           .sport = o.phone_port,
-           .dport = 443,
-           .seq = kPhoneIsn,
-           .flags = tcpflag::kSyn,
-           .window = 64240,
-           .mss = 1460,
-           .wscale = scale,
-           .sack_permitted = true,
-           .tsval = 1000},
-          t0);
+  process(opening_syn(o.phone_port), t0);
   // The SYN-ACK's window (never scaled) is lowered to the startup floor, 16 KB by default:
   // one of the windows rsfc applied.
-  const bool synack_lowered = process({.src = server,
-                                       .dst = phone,
-                                       .sport = 443,
-                                       .dport = o.phone_port,
-                                       .seq = kServerIsn,
-                                       .ack = kPhoneIsn + 1,
-                                       .flags = tcpflag::kSyn | tcpflag::kAck,
-                                       .window = 65535,
-                                       .mss = 1460,
-                                       .wscale = scale,
-                                       .sack_permitted = true,
-                                       .tsval = 777,
-                                       .tsecr = 1000},
-                                      t0 + 2 * kMilli)
-                                  .first.modified;
+  const bool synack_lowered = process(opening_synack(o.phone_port), t0 + 2 * kMilli).first.modified;
   OpenLoopResult res;
   res.rewritten = synack_lowered ? 1 : 0;
   uint32_t sent = 0;
@@ -1534,54 +1533,26 @@ DownloadResult run_download(Engine& e, const Download& o) {
   const uint8_t scale = 7;
   auto process = [&](TcpSpec s, Nanos at) { return process_checked(e, s, at, o.timestamps); };
   const Nanos t0 = kSecond;
-  process({.src = phone,
-           .dst = server,
-           .sport = 40000,
-           .dport = 443,
-           .seq = kPhoneIsn,
-           .flags = tcpflag::kSyn,
-           .window = 64240,
-           .mss = 1460,
-           .wscale = scale,
-           .sack_permitted = true,
-           .tsval = 1000},
-          t0);
-  process({.src = server,
-           .dst = phone,
-           .sport = 443,
-           .dport = 40000,
-           .seq = kServerIsn,
-           .ack = kPhoneIsn + 1,
-           .flags = tcpflag::kSyn | tcpflag::kAck,
-           .window = 65535,
-           .mss = 1460,
-           .wscale = scale,
-           .sack_permitted = true,
-           .tsval = 777,
-           .tsecr = 1000},
-          t0 + 2 * kMilli);
-  process({.src = phone,
-           .dst = server,
-           .sport = 40000,
-           .dport = 443,
-           .seq = kPhoneIsn + 1,
-           .ack = kServerIsn + 1,
-           .window = 20000,
-           .tsval = 1044,
-           .tsecr = 777},
-          t0 + 44 * kMilli);
+  process(opening_syn(40000), t0);
+  process(opening_synack(40000), t0 + 2 * kMilli);
+  // A segment from the phone, offering 20000 << scale.
+  auto from_phone = [&](uint32_t seq, uint32_t ack, uint32_t tsval, uint32_t tsecr, size_t len,
+                        Nanos at) {
+    return process({.src = phone,
+                    .dst = server,
+                    .sport = 40000,
+                    .dport = 443,
+                    .seq = seq,
+                    .ack = ack,
+                    .window = 20000,
+                    .tsval = tsval,
+                    .tsecr = tsecr,
+                    .payload_len = len},
+                   at);
+  };
+  from_phone(kPhoneIsn + 1, kServerIsn + 1, 1044, 777, 0, t0 + 44 * kMilli);
   if (o.request > 0) {
-    process({.src = phone,
-             .dst = server,
-             .sport = 40000,
-             .dport = 443,
-             .seq = kPhoneIsn + 1,
-             .ack = kServerIsn + 1,
-             .window = 20000,
-             .tsval = 1045,
-             .tsecr = 777,
-             .payload_len = o.request},
-            t0 + 45 * kMilli);
+    from_phone(kPhoneIsn + 1, kServerIsn + 1, 1045, 777, o.request, t0 + 45 * kMilli);
   }
   const uint32_t phone_seq = kPhoneIsn + 1 + o.request;
   DownloadResult res;
@@ -1602,16 +1573,7 @@ DownloadResult run_download(Engine& e, const Download& o) {
           o.hooks[i].second(e);
         }
       }
-      auto [r, out] = process({.src = phone,
-                               .dst = server,
-                               .sport = 40000,
-                               .dport = 443,
-                               .seq = phone_seq,
-                               .ack = a.ack,
-                               .window = 20000,
-                               .tsval = a.tsval,
-                               .tsecr = a.tsecr},
-                              a.at);
+      auto [r, out] = from_phone(phone_seq, a.ack, a.tsval, a.tsecr, 0, a.at);
       const uint64_t w = window_bytes(out.window, scale);
       res.acks.push_back({.at = a.at,
                           .window_in = uint64_t{20000} << scale,
