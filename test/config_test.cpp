@@ -145,7 +145,7 @@ rsfc:
     lag_confirm_fraction: 0.3
     refresh_holdoff: 0
 drwa: { alpha: 0.5, lambda: 2.25 }
-pacing: { gain: 1.2, max_hold_ms: 80, sample_ms: 25, horizon_s: 1.5 }
+pacing: { gain: 1.2, max_hold_ms: 80, sample_ms: 25, horizon_s: 1.5, burst_bytes: 1448 }
 )";
 
 // Every key, set away from its default, lands in its field.
@@ -206,6 +206,7 @@ TEST(Config, EveryKeyMapsToItsField) {
   EXPECT_EQ(c.params.pacing.max_hold, 80 * kMilli);
   EXPECT_EQ(c.params.pacing.sample, 25 * kMilli);
   EXPECT_EQ(c.params.pacing.horizon, 1500 * kMilli);
+  EXPECT_EQ(c.params.pacing.burst_bytes, 1448u);
 }
 
 TEST(Config, PacingWithDownlinkRsfc) {
@@ -214,6 +215,7 @@ TEST(Config, PacingWithDownlinkRsfc) {
   EXPECT_TRUE(c.params.pacing.enabled);
   EXPECT_EQ(c.params.pacing.gain, 1.05);
   EXPECT_EQ(c.params.pacing.max_hold, 200 * kMilli);
+  EXPECT_EQ(c.params.pacing.burst_bytes, 2920u);
 }
 
 TEST(Config, OtherValidSpellings) {
@@ -703,6 +705,8 @@ const BadCase kBadCases[] = {
     {"lambda_zero", "drwa: { lambda: 0 }\n", 1, "drwa.lambda", "out of range"},
     {"pacing_gain_one", "pacing: { gain: 1 }\n", 1, "pacing.gain", "must be > 1 and <= 4 (got 1)"},
     {"pacing_hold_zero", "pacing: { max_hold_ms: 0 }\n", 1, "pacing.max_hold_ms", "out of range"},
+    {"pacing_burst_huge", "pacing: { burst_bytes: 2000000 }\n", 1, "pacing.burst_bytes",
+     "out of range"},
     {"pacing_without_downlink_rsfc",
      "subscriber_networks: [10.0.0.0/8]\ndownlink: { policy: drwa }\npacing: { enabled: true }\n",
      3, "pacing.enabled", "needs downlink.policy rsfc"},

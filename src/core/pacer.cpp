@@ -51,9 +51,17 @@ Nanos DownlinkPacer::release_at(Nanos now, uint32_t payload_bytes, bool pace, bo
                                 const PacingParams& p) {
   const double r = pace && samples_ >= p.min_samples ? rate(now, p) * p.gain : 0.0;
   if (r > 0) {
-    const Nanos at = std::min(std::max(now, next_release_), now + p.max_hold);
-    const double spacing = static_cast<double>(payload_bytes) * 1e9 / r;
-    next_release_ = at + static_cast<Nanos>(std::min(spacing, static_cast<double>(p.max_hold)));
+    // A token bucket in time: the schedule lags now by at most the credit of burst_bytes (at
+    // least this segment's), so an idle pacer lets that much go at once and spaces what
+    // follows. A segment leaves once the schedule has passed its own spacing.
+    const double cap = static_cast<double>(p.max_hold);
+    const double spacing = std::min(static_cast<double>(payload_bytes) * 1e9 / r, cap);
+    const double credit =
+        std::min(static_cast<double>(std::max(p.burst_bytes, payload_bytes)) * 1e9 / r, cap);
+    const Nanos due = std::max(next_release_, now - static_cast<Nanos>(credit)) +
+                      static_cast<Nanos>(spacing);
+    const Nanos at = std::min(std::max(now, due), now + p.max_hold);
+    next_release_ = std::min(due, at);  // held to max_hold: the schedule restarts from there
     last_release_ = std::max(last_release_, at);
     return at;
   }

@@ -893,6 +893,10 @@ const FieldTable<PacingParams> kPacingFields = {
      "A receive-rate sample spans at least this much of the phone's clock."},
     {"horizon_s", duration_field(&PacingParams::horizon, kSecond, {0.1, 60}),
      "The receive rate is the maximum of the samples over this."},
+    {"burst_bytes", uint_field(&PacingParams::burst_bytes, 0, 1'000'000),
+     "Bytes of data that may leave back to back after the pacer has been idle (as fq's "
+     "quantum: two full-sized segments); what follows is spaced. A download whose window is "
+     "a few segments then waits only for the link, not for the pacer as well."},
 };
 
 const FieldTable<DirectionParams> kDirectionFields = {

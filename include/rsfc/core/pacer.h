@@ -26,6 +26,11 @@ struct PacingParams {
   Nanos sample = 50 * kMilli;     // a rate sample spans at least this much of the phone's clock
   Nanos horizon = 3 * kSecond;    // windowed maximum of the samples over this
   uint32_t min_samples = 4;       // no pacing before this many samples
+  // Bytes that may leave back to back after the pacer has been idle (fq's quantum: two
+  // full-sized segments). Without it a flow whose window is a few segments, acknowledged
+  // once per window, is held on every window: the hold lengthens its round trip, its
+  // receive rate falls with it, and the pacing rate with that (EXPERIMENTS Q22).
+  uint32_t burst_bytes = 2920;
 };
 
 class DownlinkPacer {
@@ -36,8 +41,9 @@ class DownlinkPacer {
 
   // When a segment of `payload_bytes` arriving `now` may leave (payload, as the receive rate
   // counts what the phone acknowledged): `now` when
-  // pacing is off for it, else no earlier than the last release plus its spacing, never later
-  // than now + max_hold. `pace`: the segment is paced (data of a flow past its regulator's
+  // pacing is off for it, else no earlier than the schedule allows (each paced segment moves
+  // it on by its spacing, and an idle pacer banks up to burst_bytes' worth), never later than
+  // now + max_hold. `pace`: the segment is paced (data of a flow past its regulator's
   // startup); otherwise it only keeps its place behind held ones when `keep_order` (payload,
   // FIN or RST: a pure ACK may overtake).
   Nanos release_at(Nanos now, uint32_t payload_bytes, bool pace, bool keep_order,
@@ -55,7 +61,9 @@ class DownlinkPacer {
   uint32_t samples_ = 0;    // saturating
   bool have_ack_ = false;
   bool sampling_ = false;
-  Nanos next_release_ = 0;  // the schedule: the next paced segment leaves no earlier
+  // The schedule: a paced segment leaves once it has passed the segment's spacing (while the
+  // pacer is idle it lags now by the credit banked, at most burst_bytes' worth).
+  Nanos next_release_ = 0;
   Nanos last_release_ = 0;  // latest release time given so far
 };
 
