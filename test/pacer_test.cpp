@@ -146,8 +146,8 @@ TEST(DownlinkPacer, AWindowOfTwoSegmentsIsNotHeldBackRoundAfterRound) {
   };
   const double unpaced = run(false), paced = run(true);
   EXPECT_NEAR(unpaced, 331.68e6, 1e6);  // 100 ms + 2 x 115.84 ms
-  EXPECT_LE(paced, unpaced * 1.02) << "paced " << paced / 1e6 << " ms a round, unpaced "
-                                   << unpaced / 1e6;
+  EXPECT_LE(paced, unpaced * 1.02)
+      << "paced " << paced / 1e6 << " ms a round, unpaced " << unpaced / 1e6;
 }
 
 TEST(DownlinkPacer, NeverHoldsLongerThanMaxHold) {

@@ -58,8 +58,8 @@ Nanos DownlinkPacer::release_at(Nanos now, uint32_t payload_bytes, bool pace, bo
     const double spacing = std::min(static_cast<double>(payload_bytes) * 1e9 / r, cap);
     const double credit =
         std::min(static_cast<double>(std::max(p.burst_bytes, payload_bytes)) * 1e9 / r, cap);
-    const Nanos due = std::max(next_release_, now - static_cast<Nanos>(credit)) +
-                      static_cast<Nanos>(spacing);
+    const Nanos due =
+        std::max(next_release_, now - static_cast<Nanos>(credit)) + static_cast<Nanos>(spacing);
     const Nanos at = std::min(std::max(now, due), now + p.max_hold);
     next_release_ = std::min(due, at);  // held to max_hold: the schedule restarts from there
     last_release_ = std::max(last_release_, at);
