@@ -746,5 +746,59 @@ TEST(SimDownlinkQueueVariable, ThePacketFloorOnlyWhereTheServiceSwings) {
   }
 }
 
+// (g) Downlink pacing (pacer.h) on the constant links, the shipped knobs (rsfc on both) with
+// a download and an upload, three seeds. The pacer spreads the server's bursts, so the two
+// queues stop swinging through the ACK clock (lab/EXPERIMENTS.md Q22; the lab's five runs: 3G
+// 349 -> 156 ms, LTE 344 -> 204 ms, both transfers 92-95 %).
+// Hypothesis: the phone's p95 under both transfers falls to at most 0.7 x unpaced's, both
+// transfers keep >= 90 % of their rates alone unregulated, and the download alone keeps its
+// rate (>= 97 % of unpaced). Killed by any of these in the median over the seeds, or by a
+// paced run in which the pacer held nothing.
+TEST(SimDownlinkPacing, ConstantLinksHalveThePhonesLatencyUnderBothTransfers) {
+  for (const bool lte : {false, true}) {
+    std::vector<double> p95_ratio, dl, ul, alone_ratio;
+    for (uint32_t seed = 0; seed < 3; ++seed) {
+      Scenario s = lte ? sim::lte_link() : sim::three_g_link();
+      s.duration = 38 * kSecond;
+      s.warmup = 8 * kSecond;
+      s.seed = seed;
+      auto with = [&](int uploads, int downloads, bool regulated, bool paced) {
+        Scenario x = s;
+        x.uploads = uploads;
+        x.downloads = downloads;
+        if (regulated) {
+          x.uplink = Policy::kRsfc;
+          x.downlink = Policy::kRsfc;
+          x.downlink_queue_regulator = true;
+          x.pacing.enabled = paced;
+        }
+        return sim::simulate(x);
+      };
+      const Result down0 = with(0, 1, false, false), up0 = with(1, 0, false, false);
+      const Result both = with(1, 1, true, false), paced = with(1, 1, true, true);
+      const Result alone = with(0, 1, true, false), alone_paced = with(0, 1, true, true);
+      EXPECT_GT(paced.paced, 0u) << "seed " << seed;
+      EXPECT_GT(alone_paced.paced, 0u) << "seed " << seed;
+      p95_ratio.push_back(paced.ping_p95_ms / both.ping_p95_ms);
+      dl.push_back(paced.download_bps / down0.download_bps);
+      ul.push_back(paced.upload_bps / up0.upload_bps);
+      alone_ratio.push_back(alone_paced.download_bps / alone.download_bps);
+      std::printf(
+          "    %s seed %u: p95 %.0f -> %.0f ms, paced dl %.0f %% ul %.0f %%, alone %.0f %%\n",
+          lte ? "lte" : "3g", seed, both.ping_p95_ms, paced.ping_p95_ms, 100 * dl.back(),
+          100 * ul.back(), 100 * alone_ratio.back());
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const char* cell = lte ? "lte" : "3g";
+    EXPECT_LE(median(p95_ratio), 0.7) << cell;
+    EXPECT_GE(median(dl), 0.9) << cell;
+    EXPECT_GE(median(ul), 0.9) << cell;
+    EXPECT_GE(median(alone_ratio), 0.97) << cell;
+  }
+}
+
 }  // namespace
 }  // namespace rsfc

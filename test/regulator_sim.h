@@ -11,7 +11,8 @@
 // oracle standing in for SACK). The gateway runs the regulators exactly as the engine does
 // (feed, target, clamp with floor and right-edge rule, report the edge). The downlink knob
 // runs DRWA (Policy::kDrwa), a static clamp, or the downlink queue regulator
-// (Scenario::downlink_queue_regulator, a sim-only switch: downlink_regulator.h). Test-only
+// (Scenario::downlink_queue_regulator, a sim-only switch: downlink_regulator.h), with the
+// core's downlink pacer if Scenario::pacing says so (pacer.h). Test-only
 // code: allocations and std::function are fine here.
 #pragma once
 
@@ -30,6 +31,7 @@
 
 #include "rsfc/core/downlink_regulator.h"
 #include "rsfc/core/drwa.h"
+#include "rsfc/core/pacer.h"
 #include "rsfc/core/rsfc_controller.h"
 
 namespace rsfc::sim {
@@ -538,6 +540,10 @@ struct Scenario {
   // Optional: shapes the phone's links (uplink, downlink) before the run, e.g. trace-driven
   // service (test/sim_trace_link.h).
   std::function<void(Link& up, Link& down)> shape_links;
+  // Downlink pacing (pacer.h) of the downloads the downlink queue regulator steers, as
+  // Engine::pace runs it: a segment not rewritten leaves the gateway at the pacer's release
+  // time (data once the regulator is past its startup), and the regulator times it from then.
+  PacingParams pacing;
 };
 
 // The links of the SimLinks tests: 3G-like (the defaults: 2 Mbit/s / 1 MB up, 7.2 Mbit/s /
@@ -585,6 +591,7 @@ struct Result {
   double upq_mean_ms = 0, upq_p95_ms = 0;  // uplink queue delay, sampled every 10 ms
   double downq_mean_ms = 0, downq_p95_ms = 0;
   uint64_t up_drops = 0, down_drops = 0;
+  uint64_t paced = 0;  // segments the pacer held (Scenario::pacing)
   double jain = 1;
   std::vector<Sample> samples;
   std::string summary() const {
@@ -644,8 +651,10 @@ class Simulation {
       TsClock phone_clock{sc_.phone_tick, 123'456'789 + i * 7'777'777 + phase};
       TsClock srv_clock{kMilli, 987'654'321 + i * 3'333'333 + 3 * phase};
       const bool ts = sc_.phone_timestamps;
-      f->phone = std::make_unique<TcpEnd>(ev_, phone_clock, ts, 1000u + 100000u * i, 6u << 20);
-      f->server = std::make_unique<TcpEnd>(ev_, srv_clock, ts, 0xfffff000u - 1000u * i, 6u << 20);
+      f->phone_isn = 1000u + 100000u * i;
+      f->server_isn = 0xfffff000u - 1000u * i;
+      f->phone = std::make_unique<TcpEnd>(ev_, phone_clock, ts, f->phone_isn, 6u << 20);
+      f->server = std::make_unique<TcpEnd>(ev_, srv_clock, ts, f->server_isn, 6u << 20);
       if (upload) {
         f->phone->has_data = [] { return true; };
       } else {
@@ -707,6 +716,7 @@ class Simulation {
     r.downq_p95_ms = percentile(downq_, 0.95);
     r.up_drops = up_.drops;
     r.down_drops = down_.drops;
+    r.paced = paced_packets;
     r.samples = samples_;
     return r;
   }
@@ -717,6 +727,7 @@ class Simulation {
     return flows_[flow]->dlq;
   }
   std::map<DownlinkState, uint64_t> down_state_steps;  // control steps per state, downloads
+  uint64_t paced_packets = 0;                          // segments the pacer held (Scenario::pacing)
   // Called after every control step of a download's DownlinkQueueRegulator (optional).
   std::function<void(int flow, Nanos now, const DownlinkQueueRegulator&)> on_down_step;
   std::map<RsfcState, uint64_t> state_steps;  // control steps per state, all uploads
@@ -730,11 +741,23 @@ class Simulation {
     UplinkRegulator rsfc;
     DownlinkRegulator drwa;
     DownlinkQueueRegulator dlq;
+    DownlinkPacer pacer;
+    uint32_t phone_isn = 0, server_isn = 0;
+    bool isns_known = true;  // false after a restart: the new regulators never saw them
     uint32_t edge_to_phone = 0, edge_to_server = 0;
     bool edge_to_phone_valid = false, edge_to_server_valid = false;
     uint64_t delivered_at_warmup = 0;
   };
   static TcpEnd& receiver(FlowState& f) { return f.upload ? *f.server : *f.phone; }
+
+  // Engine::bulk_other_way: the ACK's sender has sent more than 64 KB and the knob's own way
+  // carried at most that (counted from the ISNs; unknown after a restart).
+  static bool bulk_other_way(const FlowState& f, const Packet& p) {
+    if (!f.isns_known) return false;
+    const uint32_t sender = p.from_phone ? f.phone_isn : f.server_isn;
+    const uint32_t carrier = p.from_phone ? f.server_isn : f.phone_isn;
+    return other_way_bulk(p.seg.seq + p.seg.payload_len - (sender + 1), p.seg.ack - (carrier + 1));
+  }
 
   // The engine's rewrite rule: only lower, never below the floor, never pull the right edge
   // back. Returns the window actually forwarded.
@@ -775,13 +798,14 @@ class Simulation {
     }
     if (dlq_on) {
       f.dlq.on_uplink_segment(now, p.seg, sc_.dlq);
+      if (sc_.pacing.enabled) f.pacer.on_phone_ack(now, p.seg, f.dlq.ns_per_tick(), sc_.pacing);
     } else if (sc_.downlink == Policy::kDrwa) {
       f.drwa.on_uplink_segment(now, p.seg, sc_.drwa);
     }
     if (p.seg.ack_flag() && !p.seg.syn()) {
       uint32_t target = kNoClamp;
       if (dlq_on) {
-        target = downlink_queue_target(p.flow, f, now);
+        target = downlink_queue_target(p.flow, f, now, bulk_other_way(f, p));
       } else if (sc_.downlink == Policy::kDrwa) {
         target = f.drwa.target_window(now, sc_.drwa).window;
       }
@@ -806,13 +830,15 @@ class Simulation {
       if (sc_.adopt_drains) f->rsfc.on_adopted();
       f->drwa = DownlinkRegulator{};
       f->dlq = DownlinkQueueRegulator{};
+      f->pacer = DownlinkPacer{};
+      f->isns_known = false;
       f->edge_to_phone_valid = f->edge_to_server_valid = false;
     }
     bypass_ = false;
   }
 
-  uint32_t downlink_queue_target(int flow, FlowState& f, Nanos now) {
-    const WindowDecision d = f.dlq.target_window(now, sc_.dlq);
+  uint32_t downlink_queue_target(int flow, FlowState& f, Nanos now, bool release) {
+    const WindowDecision d = f.dlq.target_window(now, sc_.dlq, release);
     if (d.stepped) {
       ++down_state_steps[f.dlq.state()];
       if (on_down_step) on_down_step(flow, now, f.dlq);
@@ -840,20 +866,23 @@ class Simulation {
       return;
     }
     if (sc_.uplink == Policy::kRsfc) f.rsfc.on_downlink_segment(now, p.seg, sc_.rsfc);
+    const uint32_t wnd_in = p.wnd;
     // The engine holds an rsfc knob's handshake window to the startup floor (Engine::
     // hold_handshake_window): the SYN-ACK's, for the uplink knob.
     if (p.seg.syn() && p.seg.ack_flag() && sc_.uplink == Policy::kRsfc) {
       p.wnd = std::min(p.wnd, startup_floor_bytes(sc_.rsfc.initial_window_bytes));
     }
-    if (sc_.downlink_queue_regulator && now >= sc_.downlink_regulator_start) {
-      f.dlq.on_downlink_segment(now, p.seg, sc_.dlq);
-    } else if (sc_.downlink == Policy::kDrwa) {
+    const bool dlq_on = sc_.downlink_queue_regulator && now >= sc_.downlink_regulator_start;
+    const bool paced = dlq_on && sc_.pacing.enabled;
+    if (dlq_on && !paced) {
+      f.dlq.on_downlink_segment(now, p.seg, sc_.dlq);  // paced: below, at its release
+    } else if (!dlq_on && sc_.downlink == Policy::kDrwa) {
       f.drwa.on_downlink_segment(now, p.seg, sc_.drwa);
     }
     if (p.seg.ack_flag() && !p.seg.syn()) {
       uint32_t target = kNoClamp;
       if (sc_.uplink == Policy::kRsfc) {
-        const WindowDecision d = f.rsfc.target_window(now, sc_.rsfc);
+        const WindowDecision d = f.rsfc.target_window(now, sc_.rsfc, bulk_other_way(f, p));
         target = d.window;
         if (d.stepped) {
           ++state_steps[f.rsfc.state()];
@@ -868,7 +897,30 @@ class Simulation {
       f.edge_to_phone_valid = true;
       if (sc_.uplink == Policy::kRsfc) f.rsfc.on_window_forwarded(now, edge, sc_.rsfc);
     }
-    forward_down(f, p);
+    if (!paced) {
+      forward_down(f, p);
+      return;
+    }
+    // Engine::pace: a rewritten segment leaves at once; data is paced while the regulator
+    // steers and knows the phone's clock; a FIN or RST keeps its place, a pure ACK may overtake.
+    Nanos at = now;
+    if (p.wnd == wnd_in) {
+      const DownlinkState st = f.dlq.state();
+      const bool steering =
+          st == DownlinkState::kSlow || st == DownlinkState::kFast || st == DownlinkState::kDrain;
+      const bool data = p.seg.payload_len > 0;
+      const bool keep_order = data || p.seg.fin() || p.seg.rst();
+      at = f.pacer.release_at(now, p.seg.payload_len, steering && data && f.dlq.ns_per_tick() > 0,
+                              keep_order, sc_.pacing);
+    }
+    f.dlq.on_downlink_segment(now, at, p.seg, sc_.dlq);
+    if (at <= now) {
+      forward_down(f, p);
+    } else {
+      ++paced_packets;
+      FlowState* fp = &f;
+      ev_.at(at, [this, fp, p] { forward_down(*fp, p); });
+    }
   }
 
   void forward_down(FlowState& f, const Packet& p) {

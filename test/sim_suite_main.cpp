@@ -9,7 +9,8 @@
 // CELL: 2g, 3g, lte (constant links; RUNS seeds) or a trace of lab/traces (e.g.
 // Verizon-EVDO-driving; RUNS start offsets spread over it, or RUNS seconds from --start on:
 // 1 MB up / 512 KB down buffers, 50 ms base round trip, 38 s with 8 s of warm-up). POLICY:
-// off, 64K, 128K, rsfc (uplink only) or shipped (rsfc on both knobs; the default).
+// off, 64K, 128K, rsfc (uplink only), shipped (rsfc on both knobs; the default) or paced
+// (shipped with pacing.enabled).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -31,13 +32,15 @@ struct Policy_ {
   bool queue_regulator;
   Policy down;
   uint32_t static_window;
+  bool pacing = false;
 };
 
 constexpr Policy_ kPolicies[] = {{"off", Policy::kOff, false, Policy::kOff, 0},
                                  {"64K", Policy::kStatic, false, Policy::kStatic, 65536},
                                  {"128K", Policy::kStatic, false, Policy::kStatic, 131072},
                                  {"rsfc", Policy::kRsfc, false, Policy::kOff, 0},
-                                 {"shipped", Policy::kRsfc, true, Policy::kRsfc, 0}};
+                                 {"shipped", Policy::kRsfc, true, Policy::kRsfc, 0},
+                                 {"paced", Policy::kRsfc, true, Policy::kRsfc, 0, true}};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
         s.downlink = pol->down;
         s.downlink_queue_regulator = pol->queue_regulator;
         s.static_window = pol->static_window ? pol->static_window : 65535;
+        s.pacing.enabled = pol->pacing;
       }
       return simulate(s);
     };
@@ -129,10 +133,14 @@ int main(int argc, char** argv) {
     alone_p95.push_back(down_alone.ping_p95_ms);
     std::printf(
         "  %s %s %s %3lld: dl %5.1f %% ul %5.1f %% p95 %6.0f ms | alone dl %5.1f %% p95 %6.0f ms"
-        " (unregulated %6.0f ms)\n",
+        " (unregulated %6.0f ms)%s\n",
         cell.c_str(), pol->name, constant ? "seed" : "from",
         static_cast<long long>(constant ? i : start / kSecond), dl.back(), ul.back(), p95.back(),
-        alone.back(), alone_p95.back(), base_down.ping_p95_ms);
+        alone.back(), alone_p95.back(), base_down.ping_p95_ms,
+        pol->pacing
+            ? (" paced " + std::to_string(both.paced) + " / " + std::to_string(down_alone.paced))
+                  .c_str()
+            : "");
     std::fflush(stdout);
   }
   std::printf(
