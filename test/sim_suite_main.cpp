@@ -4,7 +4,7 @@
 // download % / upload % of the unregulated ones and the phone's ping p95, then the medians.
 //
 //   rsfc-simsuite CELL [RUNS] [POLICY] [--threshold-packets N] [--floor-swing X]
-//                 [--start SECONDS]
+//                 [--start SECONDS] [--pacing-gain X] [--pacing-burst BYTES]
 //
 // CELL: 2g, 3g, lte (constant links; RUNS seeds) or a trace of lab/traces (e.g.
 // Verizon-EVDO-driving; RUNS start offsets spread over it, or RUNS seconds from --start on:
@@ -50,7 +50,7 @@ double median(std::vector<double> v) {
 int usage() {
   std::fprintf(stderr,
                "usage: rsfc-simsuite CELL [RUNS] [POLICY] [--threshold-packets N] "
-               "[--floor-swing X] [--start SECONDS]\n");
+               "[--floor-swing X] [--start SECONDS] [--pacing-gain X] [--pacing-burst BYTES]\n");
   return 2;
 }
 
@@ -58,7 +58,8 @@ int usage() {
 
 int main(int argc, char** argv) {
   std::vector<std::string> pos;
-  double threshold_packets = -1, floor_swing = -1;
+  double threshold_packets = -1, floor_swing = -1, pacing_gain = -1;
+  long pacing_burst = -1;
   long start_s = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -67,6 +68,10 @@ int main(int argc, char** argv) {
       threshold_packets = std::atof(argv[++i]);
     } else if (a == "--floor-swing" && more) {
       floor_swing = std::atof(argv[++i]);
+    } else if (a == "--pacing-gain" && more) {
+      pacing_gain = std::atof(argv[++i]);
+    } else if (a == "--pacing-burst" && more) {
+      pacing_burst = std::atol(argv[++i]);
     } else if (a == "--start" && more) {
       start_s = std::atol(argv[++i]);
     } else if (a.rfind("--", 0) == 0) {
@@ -121,6 +126,8 @@ int main(int argc, char** argv) {
         s.downlink_queue_regulator = pol->queue_regulator;
         s.static_window = pol->static_window ? pol->static_window : 65535;
         s.pacing.enabled = pol->pacing;
+        if (pacing_gain > 1) s.pacing.gain = pacing_gain;
+        if (pacing_burst >= 0) s.pacing.burst_bytes = static_cast<uint32_t>(pacing_burst);
       }
       return simulate(s);
     };
