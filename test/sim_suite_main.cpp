@@ -5,6 +5,7 @@
 //
 //   rsfc-simsuite CELL [RUNS] [POLICY] [--threshold-packets N] [--floor-swing X]
 //                 [--start SECONDS] [--pacing-gain X] [--pacing-burst BYTES]
+//                 [--threshold-ceiling MS]
 //
 // CELL: 2g, 3g, lte (constant links; RUNS seeds) or a trace of lab/traces (e.g.
 // Verizon-EVDO-driving; RUNS start offsets spread over it, or RUNS seconds from --start on:
@@ -50,7 +51,8 @@ double median(std::vector<double> v) {
 int usage() {
   std::fprintf(stderr,
                "usage: rsfc-simsuite CELL [RUNS] [POLICY] [--threshold-packets N] "
-               "[--floor-swing X] [--start SECONDS] [--pacing-gain X] [--pacing-burst BYTES]\n");
+               "[--floor-swing X] [--start SECONDS] [--pacing-gain X] [--pacing-burst BYTES]\n"
+               "       [--threshold-ceiling MS]\n");
   return 2;
 }
 
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> pos;
   double threshold_packets = -1, floor_swing = -1, pacing_gain = -1;
   long pacing_burst = -1;
+  double ceiling_ms = -1;
   long start_s = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -72,6 +75,8 @@ int main(int argc, char** argv) {
       pacing_gain = std::atof(argv[++i]);
     } else if (a == "--pacing-burst" && more) {
       pacing_burst = std::atol(argv[++i]);
+    } else if (a == "--threshold-ceiling" && more) {
+      ceiling_ms = std::atof(argv[++i]);
     } else if (a == "--start" && more) {
       start_s = std::atol(argv[++i]);
     } else if (a.rfind("--", 0) == 0) {
@@ -120,6 +125,11 @@ int main(int argc, char** argv) {
       s.seed = static_cast<uint32_t>(i);
       if (threshold_packets >= 0) s.dlq.threshold_packets = threshold_packets;
       if (floor_swing >= 0) s.dlq.floor_swing = floor_swing;
+      if (ceiling_ms >= 0) {  // both knobs' auto T ceiling (and the floor under it)
+        s.rsfc.threshold_ceiling = s.dlq.threshold_ceiling = static_cast<Nanos>(ceiling_ms * 1e6);
+        s.rsfc.threshold_floor = std::min(s.rsfc.threshold_floor, s.rsfc.threshold_ceiling);
+        s.dlq.threshold_floor = std::min(s.dlq.threshold_floor, s.dlq.threshold_ceiling);
+      }
       if (regulated) {
         s.uplink = pol->up;
         s.downlink = pol->down;
