@@ -905,13 +905,11 @@ class Simulation {
     // steers and knows the phone's clock; a FIN or RST keeps its place, a pure ACK may overtake.
     Nanos at = now;
     if (p.wnd == wnd_in) {
-      const DownlinkState st = f.dlq.state();
-      const bool steering =
-          st == DownlinkState::kSlow || st == DownlinkState::kFast || st == DownlinkState::kDrain;
       const bool data = p.seg.payload_len > 0;
       const bool keep_order = data || p.seg.fin() || p.seg.rst();
-      at = f.pacer.release_at(now, p.seg.payload_len, steering && data && f.dlq.ns_per_tick() > 0,
-                              keep_order, sc_.pacing);
+      at = f.pacer.release_at(now, p.seg.payload_len,
+                              f.dlq.steering() && data && f.dlq.ns_per_tick() > 0, keep_order,
+                              sc_.pacing);
     }
     f.dlq.on_downlink_segment(now, at, p.seg, sc_.dlq);
     if (at <= now) {

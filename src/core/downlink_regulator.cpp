@@ -313,8 +313,7 @@ WindowDecision DownlinkQueueRegulator::target_window(Nanos now, const DownlinkQu
   if (now >= next_step_) {
     d.stepped = step(now, p);
     // Past its startup (the only way out of which sets clamping_), a step not ready held.
-    d.held = !d.stepped && (state_ == DownlinkState::kSlow || state_ == DownlinkState::kFast ||
-                            state_ == DownlinkState::kDrain);
+    d.held = !d.stepped && steering();
   }
   if (state_ == DownlinkState::kNoTimestamps) return d;  // kNoClamp
   // In its startup the clamp lets go of a bulk upload (kStartupHoldOtherWay).

@@ -778,13 +778,11 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
   if (q == nullptr) return;
   Nanos at = now;
   if (!r.modified) {
-    const DownlinkState st = q->state();
-    const bool steering =
-        st == DownlinkState::kSlow || st == DownlinkState::kFast || st == DownlinkState::kDrain;
     const bool data = v.payload_len > 0;
     const bool keep_order = data || v.fin() || v.rst();
-    at = regs_->pacers[f.down_slot].release_at(
-        now, v.payload_len, steering && data && q->ns_per_tick() > 0, keep_order, params_.pacing);
+    at = regs_->pacers[f.down_slot].release_at(now, v.payload_len,
+                                               q->steering() && data && q->ns_per_tick() > 0,
+                                               keep_order, params_.pacing);
     if (at > now) {
       r.release_at = at;
       counters_.downlink_packets_paced.add();

@@ -222,6 +222,12 @@ class DownlinkQueueRegulator {
 
   // --- Read-outs (decision log, metrics, tests); values as of the last control step. ---
   DownlinkState state() const { return state_; }
+  // Past its startup and steering the window (SLOW, FAST or DRAIN): the pacer paces only then,
+  // and only there is a step that is not ready a held one.
+  bool steering() const {
+    return state_ == DownlinkState::kSlow || state_ == DownlinkState::kFast ||
+           state_ == DownlinkState::kDrain;
+  }
   const char* state_name() const { return to_string(state_); }
   bool timestamps() const { return ts_; }
   // The flow runs no law (no timestamps): metrics count it.
