@@ -342,6 +342,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.adopt_from_conntrack, dp.adopt_from_conntrack);
   EXPECT_EQ(p.rsfc.threshold, dp.rsfc.threshold);
   EXPECT_EQ(p.rsfc.threshold_floor, dp.rsfc.threshold_floor);
+  EXPECT_EQ(p.rsfc.threshold_ceiling_lag, dp.rsfc.threshold_ceiling_lag);
   EXPECT_EQ(p.rsfc.min_window_horizon, dp.rsfc.min_window_horizon);
   EXPECT_EQ(p.rsfc.tbuff_filter, dp.rsfc.tbuff_filter);
   EXPECT_EQ(p.rsfc.control_interval_floor, dp.rsfc.control_interval_floor);
@@ -463,8 +464,9 @@ TEST(ConfigPrint, RsfcKeysAndTuningBlock) {
                                                                       "recut_fraction",
                                                                       "min_window_segments",
                                                                       "lag_confirm_fraction",
-                                                                      "refresh_holdoff"}));
-  EXPECT_EQ(all.size(), shipped.size() + 22);  // tuning and its keys: nothing else differs
+                                                                      "refresh_holdoff",
+                                                                      "threshold_ceiling_lag_ms"}));
+  EXPECT_EQ(all.size(), shipped.size() + 23);  // tuning and its keys: nothing else differs
 }
 
 // Printing and reading go through the same table: a printed configuration reads back as

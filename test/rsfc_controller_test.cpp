@@ -408,6 +408,27 @@ TEST(RsfcController, AutoThresholdNeverAboveTheCeiling) {
   EXPECT_EQ(high.reg().threshold(), ms(120));
 }
 
+// Without timestamps t_buff is the window-opening lag, which also holds the queue of the
+// phone's downloads: a tight ceiling meant for timestamped flows does not apply to it.
+TEST(RsfcController, AutoThresholdWithoutTimestampsHasItsOwnCeiling) {
+  const auto run = [](bool timestamps, Nanos ceiling, Nanos lag_ceiling) {
+    PathModel m = path_with_rtt(ms(160));
+    m.timestamps = timestamps;
+    m.window_limited = !timestamps;  // the lag signal needs a phone that uses its window
+    auto s = std::make_unique<Script>(m);
+    s->params().threshold_ceiling = ceiling;
+    s->params().threshold_ceiling_lag = lag_ceiling;
+    s->handshake();
+    s->send(3 * kSecond, kRate, constant(0));
+    EXPECT_EQ(s->reg().timestamps(), timestamps);
+    return s->reg().threshold();
+  };
+  EXPECT_EQ(run(true, ms(30), ms(80)), ms(30));
+  EXPECT_EQ(run(false, ms(30), ms(80)), ms(80));
+  EXPECT_EQ(run(false, ms(80), ms(120)), ms(120));
+  EXPECT_EQ(run(true, ms(80), ms(120)), ms(80));
+}
+
 TEST(RsfcController, ExplicitThresholdOverridesAuto) {
   // Default path: auto T would be RTT_min = 50 ms. An explicit threshold is taken as it is,
   // even outside the auto clamp, and the law uses it: a 40 ms standing queue is held under

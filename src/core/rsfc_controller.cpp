@@ -333,7 +333,10 @@ Nanos UplinkRegulator::threshold_for(std::optional<Nanos> rtt_min, const RsfcPar
   const Nanos g = static_cast<Nanos>(delay_.tick().ns_per_tick());
   const Nanos lo =
       std::max(p.threshold_floor, static_cast<Nanos>(p.tick_multiple * static_cast<double>(g)));
-  const Nanos hi = std::max(p.threshold_ceiling, lo);
+  // Without timestamps t_buff is the window-opening lag, and that lag also carries the queue
+  // of the phone's downloads (their data delays the ACK that opens the window): a T that leaves
+  // no room for it holds the upload below its link (3g-nots: 84 -> 43 % at 30 ms).
+  const Nanos hi = std::max(ts_ ? p.threshold_ceiling : p.threshold_ceiling_lag, lo);
   return std::clamp(rtt_min ? *rtt_min : lo, lo, hi);
 }
 

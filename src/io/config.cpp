@@ -800,6 +800,12 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
     {"refresh_holdoff", real_field(&RsfcParams::refresh_holdoff, {0, 1}),
      "No scheduled drain within this fraction of rsfc.min_refresh_s after the flow's start or its "
      "last drain that counted."},
+    {"threshold_ceiling_lag_ms",
+     duration_field(&RsfcParams::threshold_ceiling_lag, kMilli, {1, 10'000}),
+     "rsfc.threshold_ceiling_ms for a flow without timestamps. Its buffering delay is read from "
+     "the lag "
+     "before the server's ACK opens the window, and that lag also holds the queue of the phone's "
+     "downloads: a ceiling that leaves no room for it holds the upload below its link."},
 };
 
 // rsfc: the RSFC controller (uplink knob), the keys an operator sets.

@@ -72,7 +72,8 @@ TUNING_KEYS = [
     "drain_fraction", "path_foreign_rate", "path_tolerance_ms", "max_interval_ms",
     "tick_multiple", "rtt_gain", "monitor_after_steps", "monitor_steps", "fine_tick_ms",
     "unused_fraction", "unused_decay", "startup_growth", "probe_doublings", "recut_fraction",
-    "min_window_segments", "lag_confirm_fraction", "refresh_holdoff"]
+    "min_window_segments", "lag_confirm_fraction", "refresh_holdoff",
+    "threshold_ceiling_lag_ms"]
 
 
 def _print_config(binary, *flags):

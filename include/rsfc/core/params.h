@@ -40,6 +40,7 @@ struct RsfcParams {
   std::optional<Nanos> threshold;
   Nanos threshold_floor = 20 * kMilli;         // auto T never below this (TS granularity)
   Nanos threshold_ceiling = 80 * kMilli;       // auto T never above this (latency budget)
+  Nanos threshold_ceiling_lag = 80 * kMilli;   // ... for a flow without timestamps (lag signal)
   Nanos min_window_horizon = 10 * kSecond;     // sliding window for min(d) and RTT_min
   Nanos tbuff_filter = 200 * kMilli;           // short windowed minimum on t_buff samples
   Nanos control_interval_floor = 20 * kMilli;  // time base floor for "per RTT" steps

@@ -17,7 +17,8 @@
 //            every threshold: t_buff is compared as t_buff - slack.
 //   rtt_min  the windowed minima of both halves (handshake, echoes).
 //   T        threshold_ms, or rtt_min clamped to [threshold_floor_ms, threshold_ceiling_ms]
-//            (and to at least tick_multiple timestamp ticks).
+//            (threshold_ceiling_lag_ms without timestamps) and to at least tick_multiple
+//            timestamp ticks.
 // The link under the flow (measure_link(); timestamps and the subscriber's entry): a standing
 // queue of the flow's own keeps the link busy at about rho; a link that falls or stops does
 // not, and then t_buff is the link's backlog, not a queue the window caused:
