@@ -144,8 +144,10 @@ rsfc:
     min_window_segments: 4
     lag_confirm_fraction: 0.3
     refresh_holdoff: 0
+    threshold_ceiling_lag_ms: 120
 drwa: { alpha: 0.5, lambda: 2.25 }
-pacing: { gain: 1.2, max_hold_ms: 80, sample_ms: 25, horizon_s: 1.5, burst_bytes: 1448 }
+pacing: { gain: 1.2, max_hold_ms: 80, sample_ms: 25, horizon_s: 1.5, burst_bytes: 1448,
+          next_to_upload_only: true }
 )";
 
 // Every key, set away from its default, lands in its field.
@@ -199,6 +201,7 @@ TEST(Config, EveryKeyMapsToItsField) {
   EXPECT_EQ(c.params.rsfc.min_window_segments, 4u);
   EXPECT_EQ(c.params.rsfc.lag_confirm_fraction, 0.3);
   EXPECT_EQ(c.params.rsfc.refresh_holdoff, 0.0);
+  EXPECT_EQ(c.params.rsfc.threshold_ceiling_lag, 120 * kMilli);
   EXPECT_EQ(c.params.drwa.alpha, 0.5);
   EXPECT_EQ(c.params.drwa.lambda, 2.25);
   EXPECT_FALSE(c.params.pacing.enabled);  // with downlink drwa it may not be set true
@@ -207,6 +210,7 @@ TEST(Config, EveryKeyMapsToItsField) {
   EXPECT_EQ(c.params.pacing.sample, 25 * kMilli);
   EXPECT_EQ(c.params.pacing.horizon, 1500 * kMilli);
   EXPECT_EQ(c.params.pacing.burst_bytes, 1448u);
+  EXPECT_TRUE(c.params.pacing.next_to_upload_only);
 }
 
 TEST(Config, PacingWithDownlinkRsfc) {
@@ -216,6 +220,7 @@ TEST(Config, PacingWithDownlinkRsfc) {
   EXPECT_EQ(c.params.pacing.gain, 1.05);
   EXPECT_EQ(c.params.pacing.max_hold, 200 * kMilli);
   EXPECT_EQ(c.params.pacing.burst_bytes, 2920u);
+  EXPECT_FALSE(c.params.pacing.next_to_upload_only);
 }
 
 TEST(Config, OtherValidSpellings) {

@@ -1512,6 +1512,9 @@ struct Download {
   uint32_t request = 0;
   // Reloads: each runs once, before the first phone ACK at or after its time (since the SYN).
   std::vector<std::pair<Nanos, std::function<void(Engine&)>>> hooks{};
+  // An upload from the same phone on a second connection (port 40001), 1448 bytes every 10 ms
+  // from the start until this long after the SYN (0: none).
+  Nanos upload_until = 0;
 };
 
 EngineParams downlink_params(Policy down) {
@@ -1535,6 +1538,28 @@ DownloadResult run_download(Engine& e, const Download& o) {
   const Nanos t0 = kSecond;
   process(opening_syn(40000), t0);
   process(opening_synack(40000), t0 + 2 * kMilli);
+  if (o.upload_until > 0) {
+    process(opening_syn(40001), t0);
+    process(opening_synack(40001), t0 + 2 * kMilli);
+  }
+  uint32_t uploaded = 0;
+  Nanos upload_next = t0 + 50 * kMilli;
+  auto upload = [&](Nanos until) {
+    for (; upload_next <= until && upload_next < t0 + o.upload_until; upload_next += 10 * kMilli) {
+      process({.src = phone,
+               .dst = server,
+               .sport = 40001,
+               .dport = 443,
+               .seq = kPhoneIsn + 1 + uploaded,
+               .ack = kServerIsn + 1,
+               .window = 20000,
+               .tsval = static_cast<uint32_t>(1000 + (upload_next - t0) / kMilli),
+               .tsecr = 777,
+               .payload_len = 1448},
+              upload_next);
+      uploaded += 1448;
+    }
+  };
   // A segment from the phone, offering 20000 << scale.
   auto from_phone = [&](uint32_t seq, uint32_t ack, uint32_t tsval, uint32_t tsecr, size_t len,
                         Nanos at) {
@@ -1587,6 +1612,7 @@ DownloadResult run_download(Engine& e, const Download& o) {
   const Nanos seg_gap = 1448 * kSecond / 250000;  // 2 Mbit/s
   for (Nanos send = t0 + 46 * kMilli; send < t0 + o.duration; send += seg_gap) {
     deliver(send);
+    upload(send);
     const uint32_t server_ts = static_cast<uint32_t>(777 + (send - t0) / kMilli);
     auto [dr, dout] = process({.src = server,
                                .dst = phone,
@@ -1705,6 +1731,43 @@ TEST(EngineDownlinkPacing, ADownloadThatBeginsWithARequestIsPacedAfterTheStartup
   EXPECT_EQ(last_rewritten, 44u);
   EXPECT_GT(held, r.data.size() / 2) << "a download past its startup is paced";
   EXPECT_GT(e.counters().downlink_windows_applied.get(), 0u) << "the downlink knob still steers";
+}
+
+// pacing.next_to_upload_only: the download is paced only while its phone's regulated upload
+// delivers (the swing pacing breaks needs one), and left to its windows alone: before the
+// upload, after it stops (a second on), and on a phone that never uploads.
+TEST(EngineDownlinkPacing, NextToUploadOnlyPacesWhileThePhoneUploads) {
+  EngineParams p = paced_params();
+  p.uplink.policy = Policy::kRsfc;
+  p.pacing.next_to_upload_only = true;
+  Engine alone(16, p);
+  for (const auto& d : run_download(alone, {}).data) EXPECT_EQ(d.release_at, 0);
+  EXPECT_EQ(alone.counters().downlink_packets_paced.get(), 0u);
+
+  const Nanos t0 = kSecond, stop = 8 * kSecond;
+  Engine both(16, p);
+  const DownloadResult r = run_download(both, {.upload_until = stop});
+  // Once the gate closes, what follows keeps its order behind the packets still held (at
+  // most max_hold).
+  const Nanos free_from = stop + SubscriberUplink::kEpoch + p.pacing.max_hold;
+  uint64_t held_during = 0, during = 0, held_after = 0;
+  for (const auto& d : r.data) {
+    if (d.at - t0 >= 4 * kSecond && d.at - t0 < stop) {
+      ++during;
+      held_during += d.release_at != 0;
+    }
+    if (d.at - t0 >= free_from) held_after += d.release_at != 0;
+  }
+  EXPECT_GT(held_during, during / 2) << "paced while the phone uploads";
+  EXPECT_EQ(held_after, 0u) << "a second after the upload stopped, nothing is held";
+  // Without the option the same download is paced throughout, upload or not.
+  p.pacing.next_to_upload_only = false;
+  Engine always(16, p);
+  uint64_t held_late = 0;
+  for (const auto& d : run_download(always, {.upload_until = stop}).data) {
+    if (d.at - t0 >= free_from) held_late += d.release_at != 0;
+  }
+  EXPECT_GT(held_late, 0u);
 }
 
 TEST(EngineDownlinkPacing, OffOrWithoutTimestampsNothingIsHeld) {

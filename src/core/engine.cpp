@@ -780,9 +780,10 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
   if (!r.modified) {
     const bool data = v.payload_len > 0;
     const bool keep_order = data || v.fin() || v.rst();
-    at = regs_->pacers[f.down_slot].release_at(now, v.payload_len,
-                                               q->steering() && data && q->ns_per_tick() > 0,
-                                               keep_order, params_.pacing);
+    const bool paced = q->steering() && data && q->ns_per_tick() > 0 &&
+                       (!params_.pacing.next_to_upload_only || phone_uploads(f.owner, now));
+    at = regs_->pacers[f.down_slot].release_at(now, v.payload_len, paced, keep_order,
+                                               params_.pacing);
     if (at > now) {
       r.release_at = at;
       counters_.downlink_packets_paced.add();
@@ -790,6 +791,11 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
   }
   // The regulator times the segment from when it leaves (feed_downlink() left it to here).
   q->on_downlink_segment(now, at, TcpSegment::from_view(v), down_params_);
+}
+
+bool Engine::phone_uploads(uint32_t owner, Nanos now) const {
+  if (owner == kNoOwner || subscribers_->refs(owner) == 0) return false;
+  return subscribers_->at(owner).delivered_since(now - SubscriberUplink::kEpoch);
 }
 
 // --- Apply the knob ----------------------------------------------------------------------

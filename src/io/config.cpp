@@ -903,6 +903,11 @@ const FieldTable<PacingParams> kPacingFields = {
      "Bytes of data that may leave back to back after the pacer has been idle (as fq's "
      "quantum: two full-sized segments); what follows is spaced. A download whose window is "
      "a few segments then waits only for the link, not for the pacer as well."},
+    {"next_to_upload_only", bool_field(&PacingParams::next_to_upload_only),
+     "true: pace a download only while its phone has an upload that the uplink knob's rsfc "
+     "regulates (rsfc.per_subscriber) and that delivered data within the last second. The "
+     "swing pacing breaks needs such an upload; a download alone is left to its windows, where "
+     "the pacer, which follows a link that speeds up by gain per sample, would cost it rate."},
 };
 
 const FieldTable<DirectionParams> kDirectionFields = {

@@ -39,6 +39,7 @@ class SubscriberTable {
   void remove_flow(uint32_t idx);
   // The shared state of an entry with regulator references (acquire).
   SubscriberUplink& at(uint32_t idx) { return uplinks_[entries_[idx].uplink].up; }
+  const SubscriberUplink& at(uint32_t idx) const { return uplinks_[entries_[idx].uplink].up; }
   uint32_t refs(uint32_t idx) const {
     const uint32_t u = entries_[idx].uplink;
     return u == kNone ? 0 : uplinks_[u].refs;
