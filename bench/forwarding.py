@@ -14,10 +14,16 @@ One run interleaves the configurations, REPEATS times each, on one topology:
   uplink       -k uplink (the uplink knob's flows; their window scales adopted from
                conntrack), rsfcd
   all-2q       -k all over queues 0:1 (kernel balancing), rsfcd with two workers
+  down-rsfc    -k all, rsfcd with the downlink knob's rsfc as well (the downloads' windows
+               regulated)
+  down-paced   the same with downlink pacing (pacing.enabled, DESIGN.md §4b): the pacer
+               holds downloads' data in the kernel's queue, and every verdict's search in that
+               queue (the kernel walks it from its oldest entry) passes the held packets
 
 rsfcd runs `uplink.policy: observe` (every estimator of the rsfc controller runs on each
 packet, no window is changed, so every configuration moves the same traffic mix) and
-`downlink.policy: off`. Per configuration and repeat it measures, over MEASURE seconds after
+`downlink.policy: off`, except in the two `down-` configurations, which regulate the
+downloads and are compared with each other only. Per configuration and repeat it measures, over MEASURE seconds after
 WARMUP: packets forwarded by gw (ran0's rx + tx counters), packets queued (id_sequence of
 /proc/net/netfilter/nfnetlink_queue), the consumer's CPU (utime + stime of
 /proc/PID/stat, and its busiest thread), and the machine's softirq time (/proc/stat).
@@ -28,6 +34,9 @@ Reported (medians over the repeats of ratios taken within one repeat):
   (c) CPU per queued packet, rsfcd / nfq-accept (`all`) target <= 1.1
   (d) forwarding rate `all-2q` / `all`                 target >= 1.7 where the queue is
       the bottleneck (see the busiest worker's CPU share: ~100 % means it was)
+  (e) CPU per queued packet, `down-paced` / `down-rsfc`: what pacing costs the worker,
+      the kernel's verdict searches included (no target; the share of queued packets the
+      pacer held is printed with it)
 
 A full queue accepts instead of queueing (fail-open): a queued share under 100 % with
 `-k all` is the part of the traffic rsfcd could not keep up with and never saw.
@@ -63,9 +72,14 @@ CONFIGS = {
     "all-floor": {"rules": ["-q", "0"], "consumer": "floor", "queues": [0]},
     "uplink": {"rules": ["-q", "0", "-k", "uplink"], "consumer": "rsfcd", "queues": [0]},
     "all-2q": {"rules": ["-q", "0:1", "-b", "kernel"], "consumer": "rsfcd", "queues": [0, 1]},
+    "down-rsfc": {"rules": ["-q", "0"], "consumer": "rsfcd", "queues": [0],
+                  "config": {"downlink": {"policy": "rsfc"}}},
+    "down-paced": {"rules": ["-q", "0"], "consumer": "rsfcd", "queues": [0],
+                   "config": {"downlink": {"policy": "rsfc"}, "pacing": {"enabled": True}}},
 }
 
 RSFCD_CONFIG = {"uplink": {"policy": "observe"}, "downlink": {"policy": "off"}}
+HELD = "rsfcd_pacing_packets_held_total"
 
 
 def build_dir() -> Path:
@@ -113,14 +127,15 @@ def softirq_and_total() -> tuple[int, int]:
 class Consumer:
     """rsfcd (observe) or nfq-accept, in gw, bound to the configuration's queues."""
 
-    def __init__(self, t: topo.Topology, kind: str, queues: list[int]):
-        self.t, self.kind, self.queues = t, kind, queues
+    def __init__(self, t: topo.Topology, kind: str, queues: list[int], config: dict | None = None):
+        self.t, self.kind, self.queues, self.config = t, kind, queues, config or {}
         self.daemon = None
         self.proc = None
 
     def __enter__(self):
         if self.kind == "rsfcd":
-            self.daemon = topo.Daemon(self.t, {**RSFCD_CONFIG, "queues": self.queues},
+            self.daemon = topo.Daemon(self.t, {**RSFCD_CONFIG, **self.config,
+                                               "queues": self.queues},
                                       binary=build_dir() / "rsfcd")
             self.pid = self.daemon.pid
         else:
@@ -175,7 +190,9 @@ def run_one(t: topo.Topology, name: str, warmup: float, measure: float) -> dict:
     else:
         t.run("gw", ["sh", str(SCRIPT), "add", "-i", "ran0", *cfg["rules"]])
     start_servers(t)
-    consumer = Consumer(t, cfg["consumer"], cfg["queues"]) if cfg["consumer"] else None
+    consumer = (Consumer(t, cfg["consumer"], cfg["queues"], cfg.get("config"))
+                if cfg["consumer"] else None)
+    held = [0.0, 0.0]
     try:
         if consumer:
             consumer.__enter__()
@@ -184,6 +201,8 @@ def run_one(t: topo.Topology, name: str, warmup: float, measure: float) -> dict:
         p0, b0 = link_counters(t)
         q0 = queue_ids(t) if consumer else 0
         c0 = proc_cpu(consumer.pid) if consumer else (0, {})
+        if consumer and consumer.daemon:
+            held[0] = consumer.daemon.metrics().value(HELD)
         s0 = softirq_and_total()
         w0 = time.monotonic()
         time.sleep(measure)
@@ -191,6 +210,8 @@ def run_one(t: topo.Topology, name: str, warmup: float, measure: float) -> dict:
         q1 = queue_ids(t) if consumer else 0
         c1 = proc_cpu(consumer.pid) if consumer else (0, {})
         s1 = softirq_and_total()
+        if consumer and consumer.daemon:
+            held[1] = consumer.daemon.metrics().value(HELD)
         dt = time.monotonic() - w0
         moved = {"down": 0, "up": 0}
         for i, p in enumerate(procs):
@@ -213,6 +234,7 @@ def run_one(t: topo.Topology, name: str, warmup: float, measure: float) -> dict:
         "forwarded_bps": (b1 - b0) * 8 / dt,
         "queued": q1 - q0,
         "queued_share": (q1 - q0) / pkts if pkts else 0.0,
+        "held_share": (held[1] - held[0]) / (q1 - q0) if q1 > q0 else 0.0,
         "consumer_cpu_s": cpu_s,
         "consumer_busiest_thread_share": busiest / dt,
         "cpu_us_per_queued": cpu_s * 1e6 / (q1 - q0) if q1 > q0 else None,
@@ -244,6 +266,10 @@ def summarise(runs: list[dict], repeats: int) -> dict:
             lambda k: by[(k, "all")]["consumer_busiest_thread_share"]),
         "d_busiest_worker_share_2q": med(
             lambda k: by[(k, "all-2q")]["consumer_busiest_thread_share"]),
+        "e_cpu_per_queued_paced_vs_unpaced": med(
+            lambda k: by[(k, "down-paced")]["cpu_us_per_queued"] /
+            by[(k, "down-rsfc")]["cpu_us_per_queued"]),
+        "e_held_share_paced": med(lambda k: by[(k, "down-paced")]["held_share"]),
     }
 
 
@@ -311,6 +337,8 @@ def main(argv=None) -> int:
     print(f"(d) forwarding 2 queues / 1 queue:     {s['d_forwarding_2q_vs_1q']:.2f}x "
           f"(target >= 1.7x; busiest worker {s['d_busiest_worker_share_1q'] * 100:.0f} % "
           f"of a CPU with 1 queue, {s['d_busiest_worker_share_2q'] * 100:.0f} % with 2)")
+    print(f"(e) CPU per queued packet paced/not:   {s['e_cpu_per_queued_paced_vs_unpaced']:.2f}x "
+          f"({s['e_held_share_paced'] * 100:.1f} % of the queued packets held by the pacer)")
     return 0
 
 
