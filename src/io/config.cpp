@@ -803,9 +803,8 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
     {"threshold_ceiling_lag_ms",
      duration_field(&RsfcParams::threshold_ceiling_lag, kMilli, {1, 10'000}),
      "rsfc.threshold_ceiling_ms for a flow without timestamps. Its buffering delay is read from "
-     "the lag "
-     "before the server's ACK opens the window, and that lag also holds the queue of the phone's "
-     "downloads: a ceiling that leaves no room for it holds the upload below its link."},
+     "the lag before the server's ACK opens the window, and that lag also holds the queue of the "
+     "phone's downloads: a ceiling that leaves no room for it holds the upload below its link."},
 };
 
 // rsfc: the RSFC controller (uplink knob), the keys an operator sets.
