@@ -417,6 +417,7 @@ class DeliveredRate {
   uint32_t samples() const { return samples_; }
   bool started() const { return started_; }
   uint32_t highest_end() const { return high_end_; }
+  Nanos last_new_at() const { return last_new_at_; }  // the latest arrival with new bytes
   uint64_t total_bytes() const { return total_; }
 
  private:

@@ -57,10 +57,11 @@ class SubscriberUplink {
     if (!rate_.started()) rate_.start(seq_);
     rate_.on_data(now, seq_, bytes, interval);
     seq_ += bytes;
-    last_at_ = now;
   }
   // Whether a member delivered data since `since` (a regulated upload is running).
-  bool delivered_since(Nanos since) const { return rate_.started() && last_at_ >= since; }
+  bool delivered_since(Nanos since) const {
+    return rate_.started() && rate_.last_new_at() >= since;
+  }
   uint64_t total_bytes() const { return rate_.total_bytes(); }
   double rate(Nanos now, Nanos interval) const { return rate_.max(now, interval); }
   bool has_sample() const { return rate_.has_sample(); }
@@ -89,7 +90,6 @@ class SubscriberUplink {
 
  private:
   DeliveredRate rate_;  // fed with a running byte count as its sequence
-  Nanos last_at_ = 0;   // the latest on_delivered()
   uint32_t seq_ = 0;
   int64_t epoch_ = -1;           // current epoch number
   uint32_t active_[2] = {0, 0};  // members seen in the current / previous epoch
