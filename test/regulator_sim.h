@@ -907,8 +907,7 @@ class Simulation {
     if (p.wnd == wnd_in) {
       const bool data = p.seg.payload_len > 0;
       const bool keep_order = data || p.seg.fin() || p.seg.rst();
-      at = f.pacer.release_at(now, p.seg.payload_len,
-                              f.dlq.steering() && data && f.dlq.ns_per_tick() > 0, keep_order,
+      at = f.pacer.release_at(now, p.seg.payload_len, data && f.dlq.paceable(), keep_order,
                               sc_.pacing);
     }
     f.dlq.on_downlink_segment(now, at, p.seg, sc_.dlq);

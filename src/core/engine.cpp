@@ -780,7 +780,7 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
   if (!r.modified) {
     const bool data = v.payload_len > 0;
     const bool keep_order = data || v.fin() || v.rst();
-    const bool paced = q->steering() && data && q->ns_per_tick() > 0 &&
+    const bool paced = data && q->paceable() &&
                        (!params_.pacing.next_to_upload_only || phone_uploads(f.owner, now));
     at = regs_->pacers[f.down_slot].release_at(now, v.payload_len, paced, keep_order,
                                                params_.pacing);

@@ -233,6 +233,8 @@ class DownlinkQueueRegulator {
   // The flow runs no law (no timestamps): metrics count it.
   bool fallback() const { return state_ == DownlinkState::kNoTimestamps; }
   double ns_per_tick() const { return up_delay_.tick().ns_per_tick(); }  // 0 = unknown
+  // Whether the pacer may hold this flow's data: steering, on a phone clock it knows.
+  bool paceable() const { return steering() && ns_per_tick() > 0; }
   double tick_ms() const { return ns_per_tick() / 1e6; }
   bool tick_estimated() const {
     return up_delay_.tick().quality() == TickEstimator::Quality::kEstimated;
