@@ -145,6 +145,7 @@ rsfc:
     lag_confirm_fraction: 0.3
     refresh_holdoff: 0
     threshold_ceiling_lag_ms: 120
+    threshold_ceiling_download_alone_ms: 90
 drwa: { alpha: 0.5, lambda: 2.25 }
 pacing: { gain: 1.2, max_hold_ms: 80, sample_ms: 25, horizon_s: 1.5, burst_bytes: 1448,
           next_to_upload_only: true }
@@ -202,6 +203,7 @@ TEST(Config, EveryKeyMapsToItsField) {
   EXPECT_EQ(c.params.rsfc.lag_confirm_fraction, 0.3);
   EXPECT_EQ(c.params.rsfc.refresh_holdoff, 0.0);
   EXPECT_EQ(c.params.rsfc.threshold_ceiling_lag, 120 * kMilli);
+  EXPECT_EQ(c.params.rsfc.threshold_ceiling_download_alone, 90 * kMilli);
   EXPECT_EQ(c.params.drwa.alpha, 0.5);
   EXPECT_EQ(c.params.drwa.lambda, 2.25);
   EXPECT_FALSE(c.params.pacing.enabled);  // with downlink drwa it may not be set true
@@ -348,6 +350,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.threshold, dp.rsfc.threshold);
   EXPECT_EQ(p.rsfc.threshold_floor, dp.rsfc.threshold_floor);
   EXPECT_EQ(p.rsfc.threshold_ceiling_lag, dp.rsfc.threshold_ceiling_lag);
+  EXPECT_EQ(p.rsfc.threshold_ceiling_download_alone, dp.rsfc.threshold_ceiling_download_alone);
   EXPECT_EQ(p.rsfc.min_window_horizon, dp.rsfc.min_window_horizon);
   EXPECT_EQ(p.rsfc.tbuff_filter, dp.rsfc.tbuff_filter);
   EXPECT_EQ(p.rsfc.control_interval_floor, dp.rsfc.control_interval_floor);
@@ -449,29 +452,31 @@ TEST(ConfigPrint, RsfcKeysAndTuningBlock) {
                                       "initial_window_bytes", "per_subscriber", "share_equalize"}));
   const std::vector<std::string> all = dotted_keys(format_config(example_config(), true));
   EXPECT_EQ(keys_under(all, "rsfc").back(), "tuning");
-  EXPECT_EQ(keys_under(all, "rsfc.tuning"), (std::vector<std::string>{"control_interval_floor_ms",
-                                                                      "rtt_smoothing_ms",
-                                                                      "probe_step_queue",
-                                                                      "probe_below",
-                                                                      "drain_fraction",
-                                                                      "path_foreign_rate",
-                                                                      "path_tolerance_ms",
-                                                                      "max_interval_ms",
-                                                                      "tick_multiple",
-                                                                      "rtt_gain",
-                                                                      "monitor_after_steps",
-                                                                      "monitor_steps",
-                                                                      "fine_tick_ms",
-                                                                      "unused_fraction",
-                                                                      "unused_decay",
-                                                                      "startup_growth",
-                                                                      "probe_doublings",
-                                                                      "recut_fraction",
-                                                                      "min_window_segments",
-                                                                      "lag_confirm_fraction",
-                                                                      "refresh_holdoff",
-                                                                      "threshold_ceiling_lag_ms"}));
-  EXPECT_EQ(all.size(), shipped.size() + 23);  // tuning and its keys: nothing else differs
+  EXPECT_EQ(keys_under(all, "rsfc.tuning"),
+            (std::vector<std::string>{"control_interval_floor_ms",
+                                      "rtt_smoothing_ms",
+                                      "probe_step_queue",
+                                      "probe_below",
+                                      "drain_fraction",
+                                      "path_foreign_rate",
+                                      "path_tolerance_ms",
+                                      "max_interval_ms",
+                                      "tick_multiple",
+                                      "rtt_gain",
+                                      "monitor_after_steps",
+                                      "monitor_steps",
+                                      "fine_tick_ms",
+                                      "unused_fraction",
+                                      "unused_decay",
+                                      "startup_growth",
+                                      "probe_doublings",
+                                      "recut_fraction",
+                                      "min_window_segments",
+                                      "lag_confirm_fraction",
+                                      "refresh_holdoff",
+                                      "threshold_ceiling_lag_ms",
+                                      "threshold_ceiling_download_alone_ms"}));
+  EXPECT_EQ(all.size(), shipped.size() + 24);  // tuning and its keys: nothing else differs
 }
 
 // Printing and reading go through the same table: a printed configuration reads back as

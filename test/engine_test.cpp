@@ -1882,6 +1882,48 @@ TEST(EngineDownlinkRsfc, GrowingDownlinkQueueGetsTheWindowClamped) {
   EXPECT_EQ(in_any_downlink_state(e), 0u);
 }
 
+// rsfc.tuning.threshold_ceiling_download_alone_ms: a download steps with the (lower)
+// threshold_ceiling while its phone's regulated upload delivers, and with its own ceiling
+// before the upload and from a second after it stops. This script's base round trip (about
+// 25 ms) lies between the two ceilings.
+TEST(EngineDownlinkRsfc, ADownloadAloneHasItsOwnThresholdCeiling) {
+  EngineParams p = downlink_params(Policy::kRsfc);
+  p.uplink.policy = Policy::kRsfc;
+  p.rsfc.threshold_floor = 5 * kMilli;
+  p.rsfc.threshold_ceiling = 15 * kMilli;
+  p.rsfc.threshold_ceiling_download_alone = 80 * kMilli;
+  const Nanos t0 = kSecond, stop = 6 * kSecond;
+  // T of the downlink's steps past the startup, over [from, to) since the SYN.
+  auto thresholds = [&](const DownloadResult& r, Nanos from, Nanos to) {
+    std::vector<double> t;
+    for (const DecisionRecord& d : r.records) {
+      if (std::string_view(d.knob) != "downlink" || std::string_view(d.state) == "startup") {
+        continue;
+      }
+      if (d.time - t0 >= from && d.time - t0 < to) t.push_back(d.threshold_ms);
+    }
+    return t;
+  };
+  Engine both(16, p);
+  const DownloadResult r = run_download(both, {.upload_until = stop});
+  const auto during = thresholds(r, 2 * kSecond, stop);
+  const auto after = thresholds(r, stop + SubscriberUplink::kEpoch + 100 * kMilli, 12 * kSecond);
+  ASSERT_GT(during.size(), 10u);
+  ASSERT_GE(after.size(), 5u);
+  for (const double t : during) EXPECT_EQ(t, 15.0) << "next to the upload: threshold_ceiling";
+  for (const double t : after) EXPECT_GT(t, 20.0) << "alone again: the base round trip";
+  Engine alone(16, p);
+  const auto all = thresholds(run_download(alone, {}), 0, 12 * kSecond);
+  ASSERT_GT(all.size(), 10u);
+  for (const double t : all) EXPECT_GT(t, 20.0) << "a phone that never uploads";
+  // Unset, threshold_ceiling holds for every download, upload or not.
+  p.rsfc.threshold_ceiling_download_alone = 0;
+  Engine unset(16, p);
+  const auto flat = thresholds(run_download(unset, {.upload_until = stop}), 0, 12 * kSecond);
+  ASSERT_GT(flat.size(), 10u);
+  for (const double t : flat) EXPECT_EQ(t, 15.0);
+}
+
 TEST(EngineDownlinkRsfc, FlowsWithoutTimestampsAreLeftAloneAndCounted) {
   Engine e(16, downlink_params(Policy::kRsfc));
   const DownloadResult r = run_download(e, {.duration = 4 * kSecond, .timestamps = false});

@@ -21,11 +21,13 @@ const char* to_string(DownlinkState s) {
   return "?";
 }
 
-DownlinkQueueParams downlink_params_from(const RsfcParams& r) {
+DownlinkQueueParams downlink_params_from(const RsfcParams& r, bool next_to_upload) {
   DownlinkQueueParams p;
   p.threshold = r.threshold;
   p.threshold_floor = r.threshold_floor;
-  p.threshold_ceiling = r.threshold_ceiling;
+  p.threshold_ceiling = next_to_upload || r.threshold_ceiling_download_alone == 0
+                            ? r.threshold_ceiling
+                            : r.threshold_ceiling_download_alone;
   p.tick_multiple = r.tick_multiple;
   p.horizon = r.min_window_horizon;
   p.filter = r.tbuff_filter;

@@ -256,6 +256,7 @@ Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_see
                uint32_t regulated_max)
     : params_(params),
       down_params_(downlink_params_from(params.rsfc)),
+      down_params_alone_(downlink_params_from(params.rsfc, false)),
       flows_(std::make_unique<FlowTable>(flows_max, hash_seed)),
       // One entry per tracked flow at most, plus the one of a flow being added to a full table;
       // a shared uplink state per uplink regulator at most.
@@ -290,6 +291,7 @@ void Engine::set_params(const EngineParams& params) {
   }
   params_ = params;
   down_params_ = downlink_params_from(params_.rsfc);
+  down_params_alone_ = downlink_params_from(params_.rsfc, false);
 }
 
 size_t Engine::active_flows() const {
@@ -987,7 +989,7 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, const 
     d = s.up.target_window(now, params_.rsfc, bulk);
     count_uplink_health(s, d.window != kNoClamp);
   } else {
-    d = downlink_target(regs_->down.at(slot), now, bulk);
+    d = downlink_target(f, regs_->down.at(slot), now, bulk);
   }
   const uint64_t target = d.window == kNoClamp ? UINT64_MAX : d.window;
   if (d.stepped && sink_) {
@@ -1016,10 +1018,14 @@ bool Engine::bulk_other_way(const Flow& f, Direction dir, const PacketView& v) {
 }
 
 // The downlink knob's regulator's target (no clamp before its first segment); `release` as
-// for DownlinkQueueRegulator::target_window().
-WindowDecision Engine::downlink_target(DownlinkSlot& r, Nanos now, bool release) {
+// for DownlinkQueueRegulator::target_window(). A download whose phone uploads nothing steps
+// with rsfc.tuning.threshold_ceiling_download_alone_ms's ceiling, when set.
+WindowDecision Engine::downlink_target(const Flow& f, DownlinkSlot& r, Nanos now, bool release) {
   if (auto* q = std::get_if<DownlinkQueueRegulator>(&r.down)) {
-    const WindowDecision d = q->target_window(now, down_params_, release);
+    const bool alone =
+        params_.rsfc.threshold_ceiling_download_alone != 0 && !phone_uploads(f.owner, now);
+    const WindowDecision d =
+        q->target_window(now, alone ? down_params_alone_ : down_params_, release);
     if (d.held) counters_.downlink_steps_held.add();
     count_downlink_health(r);
     return d;

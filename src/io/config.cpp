@@ -805,6 +805,13 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
      "rsfc.threshold_ceiling_ms for a flow without timestamps. Its buffering delay is read from "
      "the lag before the server's ACK opens the window, and that lag also holds the queue of the "
      "phone's downloads: a ceiling that leaves no room for it holds the upload below its link."},
+    {"threshold_ceiling_download_alone_ms",
+     duration_field(&RsfcParams::threshold_ceiling_download_alone, kMilli, {0, 10'000}),
+     "rsfc.threshold_ceiling_ms for the downlink knob's download whose phone has no regulated "
+     "upload that delivered within the last second. Next to an upload a low ceiling keeps the "
+     "phone's round trip short; alone, the download has no one to wait behind it, and on a link "
+     "whose service swings a queue above that ceiling keeps it busy. 0 = "
+     "rsfc.threshold_ceiling_ms."},
 };
 
 // rsfc: the RSFC controller (uplink knob), the keys an operator sets.

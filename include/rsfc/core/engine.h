@@ -159,7 +159,7 @@ class Engine {
   uint64_t regulator_target(uint32_t idx, Direction dir, Nanos now, const PacketView& v,
                             DecisionRecord& rec, bool& log);
   void count_uplink_health(UplinkSlot& s, bool clamps);
-  WindowDecision downlink_target(DownlinkSlot& s, Nanos now, bool release);
+  WindowDecision downlink_target(const Flow& f, DownlinkSlot& s, Nanos now, bool release);
   static bool bulk_other_way(const Flow& f, Direction dir, const PacketView& v);
   void count_downlink_health(DownlinkSlot& s);
   void describe_flow(DecisionRecord& rec, uint32_t idx, Direction dir, Nanos now,
@@ -175,6 +175,8 @@ class Engine {
 
   EngineParams params_;
   DownlinkQueueParams down_params_;  // from params_.rsfc (downlink_params_from)
+  // ... for a download whose phone uploads nothing (threshold_ceiling_download_alone)
+  DownlinkQueueParams down_params_alone_;
   std::unique_ptr<FlowTable> flows_;
   std::unique_ptr<SubscriberTable> subscribers_;  // rsfc's per-subscriber state
   std::unique_ptr<RegulatorPools> regs_;          // the flows' regulators, reserved once

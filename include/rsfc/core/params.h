@@ -38,9 +38,13 @@ struct RsfcParams {
   // Threshold T on the filtered uplink buffering delay; nullopt = auto: RTT_min, clamped to
   // [max(threshold_floor, 4 g), threshold_ceiling] (g = the flow's timestamp tick).
   std::optional<Nanos> threshold;
-  Nanos threshold_floor = 20 * kMilli;         // auto T never below this (TS granularity)
-  Nanos threshold_ceiling = 80 * kMilli;       // auto T never above this (latency budget)
-  Nanos threshold_ceiling_lag = 80 * kMilli;   // ... for a flow without timestamps (lag signal)
+  Nanos threshold_floor = 20 * kMilli;        // auto T never below this (TS granularity)
+  Nanos threshold_ceiling = 80 * kMilli;      // auto T never above this (latency budget)
+  Nanos threshold_ceiling_lag = 80 * kMilli;  // ... for a flow without timestamps (lag signal)
+  // The downlink knob's auto-T ceiling for a download whose phone has no regulated upload
+  // running (Engine::phone_uploads); 0 = threshold_ceiling. Next to an upload,
+  // threshold_ceiling holds.
+  Nanos threshold_ceiling_download_alone = 0;
   Nanos min_window_horizon = 10 * kSecond;     // sliding window for min(d) and RTT_min
   Nanos tbuff_filter = 200 * kMilli;           // short windowed minimum on t_buff samples
   Nanos control_interval_floor = 20 * kMilli;  // time base floor for "per RTT" steps
