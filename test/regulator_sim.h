@@ -543,7 +543,13 @@ struct Scenario {
   // Downlink pacing (pacer.h) of the downloads the downlink queue regulator steers, as
   // Engine::pace runs it: a segment not rewritten leaves the gateway at the pacer's release
   // time (data once the regulator is past its startup), and the regulator times it from then.
+  // pacing.next_to_upload_only: only while the phone's regulated upload delivers (the shared
+  // subscriber state says so: subscriber_state).
   PacingParams pacing;
+  // The downlink queue regulator's auto-T ceiling while the phone's regulated upload does not
+  // deliver (RsfcParams::threshold_ceiling_download_alone, as Engine::downlink_target runs
+  // it); 0 = dlq's.
+  Nanos dlq_ceiling_alone = 0;
 };
 
 // The links of the SimLinks tests: 3G-like (the defaults: 2 Mbit/s / 1 MB up, 7.2 Mbit/s /
@@ -633,6 +639,8 @@ class Simulation {
     from_srv_.deliver = [this](const Packet& p) { gw_from_server(p); };
     down_.deliver = [this](const Packet& p) { phone_receive(p); };
     if (!sc.trace_path.empty()) trace_ = std::fopen(sc.trace_path.c_str(), "w");
+    dlq_alone_ = sc.dlq;
+    if (sc.dlq_ceiling_alone > 0) dlq_alone_.threshold_ceiling = sc.dlq_ceiling_alone;
   }
   ~Simulation() {
     if (trace_) std::fclose(trace_);
@@ -837,8 +845,15 @@ class Simulation {
     bypass_ = false;
   }
 
+  // Engine::phone_uploads: a regulated upload of the phone delivered within the last second.
+  bool phone_uploads(Nanos now) const {
+    return sc_.uplink == Policy::kRsfc && sc_.subscriber_state &&
+           phone_uplink_.delivered_since(now - SubscriberUplink::kEpoch);
+  }
+
   uint32_t downlink_queue_target(int flow, FlowState& f, Nanos now, bool release) {
-    const WindowDecision d = f.dlq.target_window(now, sc_.dlq, release);
+    const bool alone = sc_.dlq_ceiling_alone > 0 && !phone_uploads(now);
+    const WindowDecision d = f.dlq.target_window(now, alone ? dlq_alone_ : sc_.dlq, release);
     if (d.stepped) {
       ++down_state_steps[f.dlq.state()];
       if (on_down_step) on_down_step(flow, now, f.dlq);
@@ -907,7 +922,8 @@ class Simulation {
     if (p.wnd == wnd_in) {
       const bool data = p.seg.payload_len > 0;
       const bool keep_order = data || p.seg.fin() || p.seg.rst();
-      at = f.pacer.release_at(now, p.seg.payload_len, data && f.dlq.paceable(), keep_order,
+      const bool gate = !sc_.pacing.next_to_upload_only || phone_uploads(now);
+      at = f.pacer.release_at(now, p.seg.payload_len, data && f.dlq.paceable() && gate, keep_order,
                               sc_.pacing);
     }
     f.dlq.on_downlink_segment(now, at, p.seg, sc_.dlq);
@@ -977,6 +993,7 @@ class Simulation {
   }
 
   Scenario sc_;
+  DownlinkQueueParams dlq_alone_;  // sc_.dlq with dlq_ceiling_alone
   SubscriberUplink phone_uplink_;  // declared before flows_: outlives their regulators
   bool bypass_ = false;            // the daemon is restarting (Scenario::restart_at)
   EventQueue ev_;

@@ -5,7 +5,14 @@
 //
 //   rsfc-simsuite CELL [RUNS] [POLICY] [--threshold-packets N] [--floor-swing X]
 //                 [--start SECONDS] [--pacing-gain X] [--pacing-burst BYTES]
-//                 [--threshold-ceiling MS]
+//                 [--threshold-ceiling MS] [--uplink-ceiling MS] [--downlink-ceiling MS]
+//                 [--download-alone-ceiling MS] [--next-to-upload-only] [--no-timestamps]
+//
+// --threshold-ceiling sets both knobs' auto-T ceiling (rsfc.threshold_ceiling_ms), then
+// --uplink-ceiling / --downlink-ceiling one knob's; --download-alone-ceiling is
+// rsfc.tuning.threshold_ceiling_download_alone_ms, --next-to-upload-only
+// pacing.next_to_upload_only; --no-timestamps: the phone sends none (the uplink knob's lag
+// signal, whose ceiling stays rsfc.tuning.threshold_ceiling_lag_ms).
 //
 // CELL: 2g, 3g, lte (constant links; RUNS seeds) or a trace of lab/traces (e.g.
 // Verizon-EVDO-driving; RUNS start offsets spread over it, or RUNS seconds from --start on:
@@ -52,7 +59,8 @@ int usage() {
   std::fprintf(stderr,
                "usage: rsfc-simsuite CELL [RUNS] [POLICY] [--threshold-packets N] "
                "[--floor-swing X] [--start SECONDS] [--pacing-gain X] [--pacing-burst BYTES]\n"
-               "       [--threshold-ceiling MS]\n");
+               "       [--threshold-ceiling MS] [--uplink-ceiling MS] [--downlink-ceiling MS]\n"
+               "       [--download-alone-ceiling MS] [--next-to-upload-only] [--no-timestamps]\n");
   return 2;
 }
 
@@ -62,7 +70,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> pos;
   double threshold_packets = -1, floor_swing = -1, pacing_gain = -1;
   long pacing_burst = -1;
-  double ceiling_ms = -1;
+  double ceiling_ms = -1, up_ceiling_ms = -1, down_ceiling_ms = -1, alone_ceiling_ms = -1;
+  bool next_to_upload_only = false, no_timestamps = false;
   long start_s = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -77,6 +86,16 @@ int main(int argc, char** argv) {
       pacing_burst = std::atol(argv[++i]);
     } else if (a == "--threshold-ceiling" && more) {
       ceiling_ms = std::atof(argv[++i]);
+    } else if (a == "--uplink-ceiling" && more) {
+      up_ceiling_ms = std::atof(argv[++i]);
+    } else if (a == "--downlink-ceiling" && more) {
+      down_ceiling_ms = std::atof(argv[++i]);
+    } else if (a == "--download-alone-ceiling" && more) {
+      alone_ceiling_ms = std::atof(argv[++i]);
+    } else if (a == "--next-to-upload-only") {
+      next_to_upload_only = true;
+    } else if (a == "--no-timestamps") {
+      no_timestamps = true;
     } else if (a == "--start" && more) {
       start_s = std::atol(argv[++i]);
     } else if (a.rfind("--", 0) == 0) {
@@ -86,6 +105,8 @@ int main(int argc, char** argv) {
     }
   }
   if (pos.empty() || pos.size() > 3) return usage();
+  if (up_ceiling_ms < 0) up_ceiling_ms = ceiling_ms;  // both knobs', unless one's is given
+  if (down_ceiling_ms < 0) down_ceiling_ms = ceiling_ms;
   const std::string cell = pos[0];
   const int runs = pos.size() > 1 ? std::max(1, std::atoi(pos[1].c_str())) : 3;
   const std::string policy = pos.size() > 2 ? pos[2] : "shipped";
@@ -125,17 +146,24 @@ int main(int argc, char** argv) {
       s.seed = static_cast<uint32_t>(i);
       if (threshold_packets >= 0) s.dlq.threshold_packets = threshold_packets;
       if (floor_swing >= 0) s.dlq.floor_swing = floor_swing;
-      if (ceiling_ms >= 0) {  // both knobs' auto T ceiling (and the floor under it)
-        s.rsfc.threshold_ceiling = s.dlq.threshold_ceiling = static_cast<Nanos>(ceiling_ms * 1e6);
+      // The auto-T ceilings (and each floor under its ceiling).
+      if (up_ceiling_ms >= 0) {
+        s.rsfc.threshold_ceiling = static_cast<Nanos>(up_ceiling_ms * 1e6);
         s.rsfc.threshold_floor = std::min(s.rsfc.threshold_floor, s.rsfc.threshold_ceiling);
+      }
+      if (down_ceiling_ms >= 0) {
+        s.dlq.threshold_ceiling = static_cast<Nanos>(down_ceiling_ms * 1e6);
         s.dlq.threshold_floor = std::min(s.dlq.threshold_floor, s.dlq.threshold_ceiling);
       }
+      if (alone_ceiling_ms > 0) s.dlq_ceiling_alone = static_cast<Nanos>(alone_ceiling_ms * 1e6);
+      if (no_timestamps) s.phone_timestamps = false;
       if (regulated) {
         s.uplink = pol->up;
         s.downlink = pol->down;
         s.downlink_queue_regulator = pol->queue_regulator;
         s.static_window = pol->static_window ? pol->static_window : 65535;
         s.pacing.enabled = pol->pacing;
+        s.pacing.next_to_upload_only = next_to_upload_only;
         if (pacing_gain > 1) s.pacing.gain = pacing_gain;
         if (pacing_burst >= 0) s.pacing.burst_bytes = static_cast<uint32_t>(pacing_burst);
       }
