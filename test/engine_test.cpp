@@ -1916,12 +1916,15 @@ TEST(EngineDownlinkRsfc, ADownloadAloneHasItsOwnThresholdCeiling) {
   const auto all = thresholds(run_download(alone, {}), 0, 12 * kSecond);
   ASSERT_GT(all.size(), 10u);
   for (const double t : all) EXPECT_GT(t, 20.0) << "a phone that never uploads";
-  // Unset, threshold_ceiling holds for every download, upload or not.
-  p.rsfc.threshold_ceiling_download_alone = 0;
-  Engine unset(16, p);
-  const auto flat = thresholds(run_download(unset, {.upload_until = stop}), 0, 12 * kSecond);
-  ASSERT_GT(flat.size(), 10u);
-  for (const double t : flat) EXPECT_EQ(t, 15.0);
+  // Unset (0) or below threshold_ceiling, threshold_ceiling holds for every download, upload
+  // or not.
+  for (const Nanos below : {Nanos{0}, 10 * kMilli}) {
+    p.rsfc.threshold_ceiling_download_alone = below;
+    Engine unset(16, p);
+    const auto flat = thresholds(run_download(unset, {.upload_until = stop}), 0, 12 * kSecond);
+    ASSERT_GT(flat.size(), 10u);
+    for (const double t : flat) EXPECT_EQ(t, 15.0);
+  }
 }
 
 TEST(EngineDownlinkRsfc, FlowsWithoutTimestampsAreLeftAloneAndCounted) {

@@ -548,7 +548,7 @@ struct Scenario {
   PacingParams pacing;
   // The downlink queue regulator's auto-T ceiling while the phone's regulated upload does not
   // deliver (RsfcParams::threshold_ceiling_download_alone, as Engine::downlink_target runs
-  // it); 0 = dlq's.
+  // it), where it is above dlq's.
   Nanos dlq_ceiling_alone = 0;
 };
 
@@ -640,7 +640,7 @@ class Simulation {
     down_.deliver = [this](const Packet& p) { phone_receive(p); };
     if (!sc.trace_path.empty()) trace_ = std::fopen(sc.trace_path.c_str(), "w");
     dlq_alone_ = sc.dlq;
-    if (sc.dlq_ceiling_alone > 0) dlq_alone_.threshold_ceiling = sc.dlq_ceiling_alone;
+    dlq_alone_.threshold_ceiling = std::max(sc.dlq.threshold_ceiling, sc.dlq_ceiling_alone);
   }
   ~Simulation() {
     if (trace_) std::fclose(trace_);
@@ -852,7 +852,8 @@ class Simulation {
   }
 
   uint32_t downlink_queue_target(int flow, FlowState& f, Nanos now, bool release) {
-    const bool alone = sc_.dlq_ceiling_alone > 0 && !phone_uploads(now);
+    const bool alone =
+        dlq_alone_.threshold_ceiling != sc_.dlq.threshold_ceiling && !phone_uploads(now);
     const WindowDecision d = f.dlq.target_window(now, alone ? dlq_alone_ : sc_.dlq, release);
     if (d.stepped) {
       ++down_state_steps[f.dlq.state()];

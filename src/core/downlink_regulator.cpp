@@ -25,9 +25,9 @@ DownlinkQueueParams downlink_params_from(const RsfcParams& r, bool next_to_uploa
   DownlinkQueueParams p;
   p.threshold = r.threshold;
   p.threshold_floor = r.threshold_floor;
-  p.threshold_ceiling = next_to_upload || r.threshold_ceiling_download_alone == 0
+  p.threshold_ceiling = next_to_upload
                             ? r.threshold_ceiling
-                            : r.threshold_ceiling_download_alone;
+                            : std::max(r.threshold_ceiling, r.threshold_ceiling_download_alone);
   p.tick_multiple = r.tick_multiple;
   p.horizon = r.min_window_horizon;
   p.filter = r.tbuff_filter;

@@ -1019,11 +1019,11 @@ bool Engine::bulk_other_way(const Flow& f, Direction dir, const PacketView& v) {
 
 // The downlink knob's regulator's target (no clamp before its first segment); `release` as
 // for DownlinkQueueRegulator::target_window(). A download whose phone uploads nothing steps
-// with rsfc.tuning.threshold_ceiling_download_alone_ms's ceiling, when set.
+// with rsfc.tuning.threshold_ceiling_download_alone_ms's ceiling, where that is higher.
 WindowDecision Engine::downlink_target(const Flow& f, DownlinkSlot& r, Nanos now, bool release) {
   if (auto* q = std::get_if<DownlinkQueueRegulator>(&r.down)) {
-    const bool alone =
-        params_.rsfc.threshold_ceiling_download_alone != 0 && !phone_uploads(f.owner, now);
+    const bool alone = down_params_alone_.threshold_ceiling != down_params_.threshold_ceiling &&
+                       !phone_uploads(f.owner, now);
     const WindowDecision d =
         q->target_window(now, alone ? down_params_alone_ : down_params_, release);
     if (d.held) counters_.downlink_steps_held.add();

@@ -810,8 +810,8 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
      "rsfc.threshold_ceiling_ms for the downlink knob's download whose phone has no regulated "
      "upload that delivered within the last second. Next to an upload a low ceiling keeps the "
      "phone's round trip short; alone, the download has no one to wait behind it, and on a link "
-     "whose service swings a queue above that ceiling keeps it busy. 0 = "
-     "rsfc.threshold_ceiling_ms."},
+     "whose service swings a queue above that ceiling keeps it busy. Never below "
+     "rsfc.threshold_ceiling_ms (0: the same)."},
 };
 
 // rsfc: the RSFC controller (uplink knob), the keys an operator sets.

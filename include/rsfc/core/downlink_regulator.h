@@ -194,7 +194,7 @@ struct DownlinkQueueParams {
 
 // The shared constants from the uplink's RsfcParams (same meaning on the other queue).
 // `next_to_upload`: for a download whose phone has a regulated upload running; without one,
-// the auto-T ceiling is r.threshold_ceiling_download_alone (when set).
+// the auto-T ceiling is r.threshold_ceiling_download_alone when that is higher.
 DownlinkQueueParams downlink_params_from(const RsfcParams& r, bool next_to_upload = true);
 
 class DownlinkQueueRegulator {

@@ -42,8 +42,8 @@ struct RsfcParams {
   Nanos threshold_ceiling = 80 * kMilli;      // auto T never above this (latency budget)
   Nanos threshold_ceiling_lag = 80 * kMilli;  // ... for a flow without timestamps (lag signal)
   // The downlink knob's auto-T ceiling for a download whose phone has no regulated upload
-  // running (Engine::phone_uploads); 0 = threshold_ceiling. Next to an upload,
-  // threshold_ceiling holds.
+  // running (Engine::phone_uploads), where it is above threshold_ceiling (0: never). Next to
+  // an upload, threshold_ceiling holds.
   Nanos threshold_ceiling_download_alone = 0;
   Nanos min_window_horizon = 10 * kSecond;     // sliding window for min(d) and RTT_min
   Nanos tbuff_filter = 200 * kMilli;           // short windowed minimum on t_buff samples
