@@ -822,7 +822,9 @@ const FieldTable<RsfcParams> kRsfcFields = {
     {"threshold_floor_ms", duration_field(&RsfcParams::threshold_floor, kMilli, {0, 10'000}),
      "auto T is never below this (timestamp tick granularity is up to 10 ms)."},
     {"threshold_ceiling_ms", duration_field(&RsfcParams::threshold_ceiling, kMilli, {1, 10'000}),
-     "auto T is never above this (the latency budget of the uplink queue)."},
+     "auto T is never above this: the latency budget of each knob's queue (for a download "
+     "alone rsfc.tuning.threshold_ceiling_download_alone_ms when higher, for the upload of a "
+     "phone without timestamps rsfc.tuning.threshold_ceiling_lag_ms)."},
     {"min_window_horizon_s", duration_field(&RsfcParams::min_window_horizon, kSecond, {1, 3'600}),
      "Sliding window over which min(d) is taken: long enough to have seen an almost empty "
      "buffer, short enough for clock drift and route changes to age out."},
