@@ -180,6 +180,26 @@ TEST(DownlinkPacer, FinKeepsItsPlaceAPureAckDoesNot) {
   EXPECT_EQ(p.release_at(now, 0, false, false, pp), now);
 }
 
+// A segment without payload uses no link time: after it, an idle pacer still lets its
+// burst_bytes of data go at once (a pure ACK used to move the schedule to now and hold the
+// next segment for its spacing).
+TEST(DownlinkPacer, ASegmentWithoutPayloadLeavesTheCreditAlone) {
+  for (const bool fin : {false, true}) {
+    Receiving r;
+    const Nanos now = 2 * kSecond;
+    EXPECT_EQ(r.p.release_at(now, 0, false, fin, r.pp), now);
+    EXPECT_EQ(r.p.release_at(now, 1448, true, true, r.pp), now) << fin;
+    EXPECT_EQ(r.p.release_at(now, 1448, true, true, r.pp), now) << fin;
+    EXPECT_GT(r.p.release_at(now, 1448, true, true, r.pp), now) << fin;
+  }
+  // Unpaced data does take the link: what follows waits for its spacing.
+  Receiving r;
+  const Nanos now = 2 * kSecond;
+  r.p.release_at(now, 1448, false, true, r.pp);
+  r.p.release_at(now, 1448, false, true, r.pp);
+  EXPECT_GT(r.p.release_at(now, 1448, true, true, r.pp), now);
+}
+
 TEST(DownlinkPacer, DuplicateReorderedAndUntimedAcksAddNothing) {
   Receiving r;
   DownlinkPacer& p = r.p;

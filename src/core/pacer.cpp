@@ -65,10 +65,12 @@ Nanos DownlinkPacer::release_at(Nanos now, uint32_t payload_bytes, bool pace, bo
     last_release_ = std::max(last_release_, at);
     return at;
   }
-  // Not paced: it leaves now, or right after the held ones it must not overtake.
+  // Not paced: it leaves now, or right after the held ones it must not overtake. Its bytes
+  // (data while the pacer does not pace) take the link up to then; a segment without payload
+  // (a pure ACK of the other direction's data, a FIN) leaves the credit as it was.
   const Nanos at = keep_order ? std::max(now, last_release_) : now;
   last_release_ = std::max(last_release_, at);
-  next_release_ = std::max(next_release_, at);
+  if (payload_bytes > 0) next_release_ = std::max(next_release_, at);
   return at;
 }
 
