@@ -171,7 +171,8 @@ class Lab:
 # ---- what runs where --------------------------------------------------------------
 def shipped_policy() -> tuple[str, dict]:
     """(label, rsfcd config) of conf/rsfcd.yaml's uplink and downlink (with the sections of
-    the policies they name). The label is the lab's policy string for it when it has one."""
+    the policies they name, and pacing when it is on). The label is the lab's policy string
+    for it when it has one."""
     import yaml  # python3-yaml (docker/run-lab.sh installs it)
     conf = yaml.safe_load(SHIPPED_CONFIG.read_text())
     up, down = dict(conf.get("uplink") or {}), dict(conf.get("downlink") or {})
@@ -183,8 +184,13 @@ def shipped_policy() -> tuple[str, dict]:
     for section in ("rsfc", "drwa"):
         if section in (up_p, down_p) and conf.get(section):
             cfg[section] = conf[section]
+    paced = down_p == "rsfc" and (conf.get("pacing") or {}).get("enabled") is True
+    if paced:  # downlink pacing (docs/DESIGN.md §4b) runs with the downlink knob's rsfc
+        cfg["pacing"] = conf["pacing"]
     label = "shipped"
-    if down_p == "off" and up_p == "static":
+    if paced:
+        pass  # no lab name: shown as "shipped"
+    elif down_p == "off" and up_p == "static":
         label = f"static:{up.get('static_window_bytes', 65535)}"
     elif down_p == "off" and up_p in ("off", "observe", "rsfc"):
         label = up_p
@@ -207,7 +213,7 @@ def resolve_policies(text: str) -> tuple[list[tuple[str, dict | None]], str | No
         label, cfg = shipped_policy()
         desc = "; ".join(f"{k}: {json.dumps(v)}" for k, v in cfg.items())
         note = f"{label} = the shipped conf/rsfcd.yaml ({desc})"
-        if label not in names:  # else it runs once, under its lab name
+        if label == "shipped" or label not in names:  # else it runs once, under its lab name
             out.append((label, cfg))
     # A policy listed again (side-by-side repeats) gets its own column, as in
     # lab/scenarios.py: "rsfc #2".

@@ -370,6 +370,9 @@ def test_lab_py_runs_the_shipped_configuration_policies():
     assert cfg["uplink"] == shipped["uplink"]
     assert {**cfg["downlink"], "policy": str(cfg["downlink"]["policy"])}["policy"] in \
         ("off", str(shipped["downlink"]["policy"]).replace("False", "off"))
+    if (shipped.get("pacing") or {}).get("enabled") is True:  # the pacer runs as shipped
+        assert cfg["pacing"] == shipped["pacing"] and label == "shipped"
+    assert cfg.get("rsfc", shipped.get("rsfc")) == shipped.get("rsfc")
     resolved, note = lab.resolve_policies("off,rsfc,shipped")
     labels = [p for p, _ in resolved]
     assert labels[:2] == ["off", "rsfc"] and label in labels and note.startswith(label)
