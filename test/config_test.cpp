@@ -326,9 +326,13 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(c.queues, std::vector<uint16_t>{0});
   EXPECT_EQ(c.params.subscriber_networks,
             (std::vector<Prefix>{prefix("198.18.0.0/16"), prefix("2001:2::/48")}));
-  // The recommendation (issue 16's suite, docs/RESULTS.md §13): rsfc on both knobs.
+  // The recommendation (issue 16's suite, docs/RESULTS.md §13): rsfc on both knobs with a
+  // 30 ms ceiling next to an upload, and the download paced while its phone uploads.
   EXPECT_EQ(c.params.uplink.policy, Policy::kRsfc);
   EXPECT_EQ(c.params.downlink.policy, Policy::kRsfc);
+  EXPECT_EQ(c.params.rsfc.threshold_ceiling, 30 * kMilli);
+  EXPECT_TRUE(c.params.pacing.enabled);
+  EXPECT_TRUE(c.params.pacing.next_to_upload_only);
   EXPECT_EQ(c.metrics_listen, d.metrics_listen);
   EXPECT_EQ(c.log_level, d.log_level);
   EXPECT_EQ(c.queue_maxlen, d.queue_maxlen);
@@ -356,7 +360,6 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.control_interval_floor, dp.rsfc.control_interval_floor);
   EXPECT_EQ(p.rsfc.growth_per_rtt, dp.rsfc.growth_per_rtt);
   EXPECT_EQ(p.rsfc.initial_window_bytes, dp.rsfc.initial_window_bytes);
-  EXPECT_EQ(p.rsfc.threshold_ceiling, dp.rsfc.threshold_ceiling);
   EXPECT_EQ(p.rsfc.rtt_smoothing, dp.rsfc.rtt_smoothing);
   EXPECT_EQ(p.rsfc.probe_step_queue, dp.rsfc.probe_step_queue);
   EXPECT_EQ(p.rsfc.probe_below, dp.rsfc.probe_below);

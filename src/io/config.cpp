@@ -1428,9 +1428,14 @@ Config example_config() {
   c.params.subscriber_networks = {Prefix::parse("198.18.0.0/16").value(),
                                   Prefix::parse("2001:2::/48").value()};
   // What the lab's suite found best over every link (docs/RESULTS.md §13): rsfc on both
-  // knobs. Code defaults stay off: a file that leaves a knob out does not regulate it.
+  // knobs, each keeping at most 30 ms of queue next to an upload (a download alone keeps
+  // rsfc.tuning.threshold_ceiling_download_alone_ms, 80), and a download paced while its phone
+  // uploads. Code defaults stay off: a file that leaves a knob out does not regulate it.
   c.params.uplink.policy = Policy::kRsfc;
   c.params.downlink.policy = Policy::kRsfc;
+  c.params.rsfc.threshold_ceiling = 30 * kMilli;
+  c.params.pacing.enabled = true;
+  c.params.pacing.next_to_upload_only = true;
   return c;
 }
 

@@ -44,7 +44,7 @@ struct RsfcParams {
   // The downlink knob's auto-T ceiling for a download whose phone has no regulated upload
   // running (Engine::phone_uploads), where it is above threshold_ceiling (0: never). Next to
   // an upload, threshold_ceiling holds.
-  Nanos threshold_ceiling_download_alone = 0;
+  Nanos threshold_ceiling_download_alone = 80 * kMilli;
   Nanos min_window_horizon = 10 * kSecond;     // sliding window for min(d) and RTT_min
   Nanos tbuff_filter = 200 * kMilli;           // short windowed minimum on t_buff samples
   Nanos control_interval_floor = 20 * kMilli;  // time base floor for "per RTT" steps
