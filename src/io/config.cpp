@@ -1436,6 +1436,9 @@ Config example_config() {
   c.params.rsfc.threshold_ceiling = 30 * kMilli;
   c.params.pacing.enabled = true;
   c.params.pacing.next_to_upload_only = true;
+  // The pacer's state (Engine::bytes_per_paced_flow) for every regulator slot: 2,000 slots
+  // fewer per knob keep a million flows within 512 MiB (docs/RESULTS.md §9).
+  c.regulated_max = 58'000;
   return c;
 }
 
