@@ -1022,8 +1022,9 @@ bool Engine::bulk_other_way(const Flow& f, Direction dir, const PacketView& v) {
 // with rsfc.tuning.threshold_ceiling_download_alone_ms's ceiling, where that is higher.
 WindowDecision Engine::downlink_target(const Flow& f, DownlinkSlot& r, Nanos now, bool release) {
   if (auto* q = std::get_if<DownlinkQueueRegulator>(&r.down)) {
+    // Only a step reads the ceiling: the subscriber's upload state is looked up for it alone.
     const bool alone = down_params_alone_.threshold_ceiling != down_params_.threshold_ceiling &&
-                       !phone_uploads(f.owner, now);
+                       q->step_due(now) && !phone_uploads(f.owner, now);
     const WindowDecision d =
         q->target_window(now, alone ? down_params_alone_ : down_params_, release);
     if (d.held) counters_.downlink_steps_held.add();

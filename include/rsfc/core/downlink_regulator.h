@@ -216,6 +216,9 @@ class DownlinkQueueRegulator {
   void on_downlink_segment(Nanos now, Nanos leaves, const TcpSegment& s,
                            const DownlinkQueueParams& p);
   void on_uplink_segment(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p);
+  // Whether target_window() at `now` runs a control step (the only place its params' auto-T
+  // bounds are read).
+  bool step_due(Nanos now) const { return now >= next_step_; }
   // `release`: the flow is a bulk upload (other_way_bulk(), regulator.h): in STARTUP no
   // clamp, past it no difference.
   WindowDecision target_window(Nanos now, const DownlinkQueueParams& p, bool release = false);
