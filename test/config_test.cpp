@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "rsfc/core/downlink_regulator.h"
-#include "rsfc/core/engine.h"
 
 namespace rsfc {
 namespace {
@@ -336,10 +335,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_TRUE(c.params.pacing.next_to_upload_only);
   // With the pacer's state, a million flows still fit in 512 MiB (issue 17's memory target).
   EXPECT_EQ(c.flows_max, 1'000'000u);
-  const uint64_t reserved = uint64_t{c.flows_max} * Engine::bytes_per_flow() +
-                            uint64_t{c.regulated_max} * (Engine::bytes_per_regulated_flow() +
-                                                         Engine::bytes_per_paced_flow());
-  EXPECT_LE(reserved, uint64_t{512} << 20);
+  EXPECT_LE(reserved_bytes(c), uint64_t{512} << 20);  // one queue, pacer state included
   EXPECT_GE(c.regulated_max, 50'000u);
   EXPECT_EQ(c.metrics_listen, d.metrics_listen);
   EXPECT_EQ(c.log_level, d.log_level);

@@ -1153,11 +1153,9 @@ void check_flows(const Reader& r, const Config& c) {
                "can index (" + std::to_string(kMaxFlowsPerWorker) + "); add queues or lower it" +
                got);
   }
-  const uint64_t regulated = std::min<uint64_t>(regulated_per_worker(c), per_worker);
   const uint64_t per_regulated = Engine::bytes_per_regulated_flow() +
                                  (c.params.pacing.enabled ? Engine::bytes_per_paced_flow() : 0);
-  const uint64_t reserved =
-      per_worker * queues * Engine::bytes_per_flow() + regulated * queues * per_regulated;
+  const uint64_t reserved = reserved_bytes(c);
   if (const uint64_t memory = physical_memory(); memory != 0 && reserved > memory) {
     r.fail(line, "flows.max",
            "the flow tables and regulators would reserve " + format_bytes(reserved) + " (" +
@@ -1456,6 +1454,15 @@ uint32_t flows_per_worker(const Config& c) {
 }
 
 static_assert(Config{}.regulated_max == Engine::kDefaultRegulatedMax);
+
+uint64_t reserved_bytes(const Config& c) {
+  const uint64_t queues = c.queues.size();
+  const uint64_t per_worker = flows_per_worker(c);
+  const uint64_t regulated = std::min<uint64_t>(regulated_per_worker(c), per_worker);
+  const uint64_t per_regulated = Engine::bytes_per_regulated_flow() +
+                                 (c.params.pacing.enabled ? Engine::bytes_per_paced_flow() : 0);
+  return per_worker * queues * Engine::bytes_per_flow() + regulated * queues * per_regulated;
+}
 
 uint32_t regulated_per_worker(const Config& c) {
   const uint64_t queues = std::max<size_t>(1, c.queues.size());

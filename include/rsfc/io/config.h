@@ -55,6 +55,9 @@ std::string format_config(const Config& shown, bool tuning);
 uint32_t flows_per_worker(const Config& c);
 // flows.regulated_max shared out likewise (the engine caps it at its flows).
 uint32_t regulated_per_worker(const Config& c);
+// What the flow tables and regulator pools of all workers reserve at start (bytes), pacer
+// state included when pacing is on: what the load-time memory check compares.
+uint64_t reserved_bytes(const Config& c);
 
 // Keys that need a restart (queues, flows.max, flows.regulated_max, metrics.listen, queue.*): a
 // list of their names whose values differ, for the reload path to warn about.
