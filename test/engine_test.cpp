@@ -1513,9 +1513,11 @@ struct Download {
   uint32_t request = 0;
   // Reloads: each runs once, before the first phone ACK at or after its time (since the SYN).
   std::vector<std::pair<Nanos, std::function<void(Engine&)>>> hooks{};
-  // An upload from the same phone on a second connection (port 40001), 1448 bytes every 10 ms
-  // from the start until this long after the SYN (0: none).
+  // An upload from the same phone on a second connection (port 40001), upload_bytes every
+  // upload_gap from the start until this long after the SYN (0: none).
   Nanos upload_until = 0;
+  uint32_t upload_bytes = 1448;
+  Nanos upload_gap = 10 * kMilli;
 };
 
 EngineParams downlink_params(Policy down) {
@@ -1546,7 +1548,7 @@ DownloadResult run_download(Engine& e, const Download& o) {
   uint32_t uploaded = 0;
   Nanos upload_next = t0 + 50 * kMilli;
   auto upload = [&](Nanos until) {
-    for (; upload_next <= until && upload_next < t0 + o.upload_until; upload_next += 10 * kMilli) {
+    for (; upload_next <= until && upload_next < t0 + o.upload_until; upload_next += o.upload_gap) {
       process({.src = phone,
                .dst = server,
                .sport = 40001,
@@ -1556,9 +1558,9 @@ DownloadResult run_download(Engine& e, const Download& o) {
                .window = 20000,
                .tsval = static_cast<uint32_t>(1000 + (upload_next - t0) / kMilli),
                .tsecr = 777,
-               .payload_len = 1448},
+               .payload_len = o.upload_bytes},
               upload_next);
-      uploaded += 1448;
+      uploaded += o.upload_bytes;
     }
   };
   // A segment from the phone, offering 20000 << scale.
@@ -1807,6 +1809,29 @@ TEST(EngineDownlinkPacing, AGatedPacerChangesNothingForADownloadAlone) {
     }
     for (const auto& d : g.data) EXPECT_EQ(d.release_at, 0);
     EXPECT_EQ(gated.counters().downlink_packets_paced.get(), 0u);
+  }
+}
+
+// A phone that only chats next to its download (a 517-byte record every half second: a
+// keepalive, a messaging app) runs no bulk upload: the gate stays shut, and the download is
+// neither paced nor stepped with the ceiling for one next to an upload.
+TEST(EngineDownlinkPacing, AChattyPhoneIsNotUploading) {
+  EngineParams p = paced_params();
+  p.uplink.policy = Policy::kRsfc;
+  p.pacing.next_to_upload_only = true;
+  p.rsfc.threshold_ceiling = 30 * kMilli;
+  p.rsfc.threshold_ceiling_download_alone = 80 * kMilli;
+  Engine alone(16, p), chatty(16, p);
+  const DownloadResult a = run_download(alone, {});
+  const DownloadResult c = run_download(
+      chatty, {.upload_until = 12 * kSecond, .upload_bytes = 517, .upload_gap = 500 * kMilli});
+  EXPECT_GT(chatty.counters().regulator_pool_used[static_cast<size_t>(Knob::kUplink)].get(), 0u)
+      << "the chatty connection is a regulated upload";
+  for (const auto& d : c.data) EXPECT_EQ(d.release_at, 0);
+  EXPECT_EQ(chatty.counters().downlink_packets_paced.get(), 0u);
+  ASSERT_EQ(a.acks.size(), c.acks.size());
+  for (size_t i = 0; i < a.acks.size(); ++i) {
+    ASSERT_EQ(a.acks[i].window_out, c.acks[i].window_out) << "ACK " << i;
   }
 }
 

@@ -845,10 +845,9 @@ class Simulation {
     bypass_ = false;
   }
 
-  // Engine::phone_uploads: a regulated upload of the phone delivered within the last second.
+  // Engine::phone_uploads: a bulk upload of the phone's is running.
   bool phone_uploads(Nanos now) const {
-    return sc_.uplink == Policy::kRsfc && sc_.subscriber_state &&
-           phone_uplink_.delivered_since(now - SubscriberUplink::kEpoch);
+    return sc_.uplink == Policy::kRsfc && sc_.subscriber_state && phone_uplink_.uploads_bulk(now);
   }
 
   uint32_t downlink_queue_target(int flow, FlowState& f, Nanos now, bool release) {

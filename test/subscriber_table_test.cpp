@@ -163,5 +163,61 @@ TEST(SubscriberTable, ChosenInterfaceIdsDoNotShareABucket) {
   }
 }
 
+// The pacer's gate and the download-alone ceiling (Engine::phone_uploads) ask whether the
+// phone runs a bulk upload. A keepalive or a request now and then is not one; an upload is,
+// by its bytes (kBulkBytes in two to three seconds) or, starved by a long round trip, by
+// filling its window (report_active); neither a second after it stops.
+TEST(SubscriberUplink, ABulkUploadIsNotAKeepalive) {
+  const Nanos iv = 100 * kMilli;
+  SubscriberUplink chatty;
+  for (Nanos t = 0; t < 20 * kSecond; t += 500 * kMilli) {
+    chatty.on_delivered(t, 517, iv);  // a TLS record every half second
+    EXPECT_FALSE(chatty.uploads_bulk(t)) << t;
+    EXPECT_FALSE(chatty.uploads_bulk(t + 400 * kMilli)) << t;
+  }
+  EXPECT_TRUE(chatty.delivered_since(19 * kSecond)) << "it does deliver: only not in bulk";
+
+  // 2G: 100 kbit/s, a segment every 116 ms, from the middle of an epoch.
+  SubscriberUplink slow;
+  const Nanos t0 = 3 * kSecond + 700 * kMilli, gap = 1448 * 8 * kSecond / 100000;
+  Nanos t = t0, bulk_from = -1;
+  for (; t < t0 + 10 * kSecond; t += gap) {
+    slow.on_delivered(t, 1448, iv);
+    if (bulk_from < 0 && slow.uploads_bulk(t)) bulk_from = t;
+    if (bulk_from >= 0) {  // and stays one, between its segments too
+      EXPECT_TRUE(slow.uploads_bulk(t)) << "at " << t - t0;
+      EXPECT_TRUE(slow.uploads_bulk(t + gap - 1)) << "at " << t - t0;
+    }
+  }
+  ASSERT_GE(bulk_from, 0);
+  EXPECT_EQ(bulk_from, t0 + 5 * gap) << "its sixth segment makes 8 KB";
+  const Nanos last = t - gap;
+  EXPECT_FALSE(slow.uploads_bulk(last + SubscriberUplink::kEpoch + 1));
+  // Much later a keepalive does not revive the old upload's bytes.
+  slow.on_delivered(last + 5 * kSecond, 517, iv);
+  EXPECT_FALSE(slow.uploads_bulk(last + 5 * kSecond));
+
+  // The same trickle as the keepalive's, from an upload that fills its window at its control
+  // steps: one.
+  SubscriberUplink starved;
+  int64_t epoch = -1;  // the member's own bookkeeping
+  for (Nanos u = 0; u < 10 * kSecond; u += 500 * kMilli) {
+    starved.on_delivered(u, 517, iv);
+    starved.report_active(u, epoch);
+    EXPECT_TRUE(starved.uploads_bulk(u)) << u;
+    EXPECT_TRUE(starved.uploads_bulk(u + 400 * kMilli)) << u;
+  }
+  EXPECT_FALSE(starved.uploads_bulk(9500 * kMilli + SubscriberUplink::kEpoch + 1));
+
+  // kBulkBytes in one burst is one; a byte less is not.
+  SubscriberUplink burst;
+  burst.on_delivered(kSecond, SubscriberUplink::kBulkBytes - 1, iv);
+  EXPECT_FALSE(burst.uploads_bulk(kSecond));
+  burst.on_delivered(kSecond + kMilli, 1, iv);
+  EXPECT_TRUE(burst.uploads_bulk(kSecond + kMilli));
+  EXPECT_TRUE(burst.uploads_bulk(2 * kSecond));
+  EXPECT_FALSE(burst.uploads_bulk(2 * kSecond + kMilli + 1));
+}
+
 }  // namespace
 }  // namespace rsfc

@@ -797,7 +797,7 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
 
 bool Engine::phone_uploads(uint32_t owner, Nanos now) const {
   if (owner == kNoOwner || subscribers_->refs(owner) == 0) return false;
-  return subscribers_->at(owner).delivered_since(now - SubscriberUplink::kEpoch);
+  return subscribers_->at(owner).uploads_bulk(now);
 }
 
 // --- Apply the knob ----------------------------------------------------------------------

@@ -807,8 +807,8 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
      "phone's downloads: a ceiling that leaves no room for it holds the upload below its link."},
     {"threshold_ceiling_download_alone_ms",
      duration_field(&RsfcParams::threshold_ceiling_download_alone, kMilli, {0, 10'000}),
-     "rsfc.threshold_ceiling_ms for the downlink knob's download whose phone has no regulated "
-     "upload that delivered within the last second. Next to an upload a low ceiling keeps the "
+     "rsfc.threshold_ceiling_ms for the downlink knob's download whose phone runs no bulk upload "
+     "(as pacing.next_to_upload_only's gate). Next to an upload a low ceiling keeps the "
      "phone's round trip short; alone, the download has no one to wait behind it, and on a link "
      "whose service swings a queue above that ceiling keeps it busy. Never below "
      "rsfc.threshold_ceiling_ms (0: the same)."},
@@ -912,10 +912,13 @@ const FieldTable<PacingParams> kPacingFields = {
      "quantum: two full-sized segments); what follows is spaced. A download whose window is "
      "a few segments then waits only for the link, not for the pacer as well."},
     {"next_to_upload_only", bool_field(&PacingParams::next_to_upload_only),
-     "true: pace a download only while its phone has an upload that the uplink knob's rsfc "
-     "regulates (rsfc.per_subscriber) and that delivered data within the last second. The "
-     "swing pacing breaks needs such an upload; a download alone is left to its windows, where "
-     "the pacer, which follows a link that speeds up by gain per sample, would cost it rate."},
+     "true: pace a download only while its phone runs a bulk upload: uploads that the uplink "
+     "knob's rsfc regulates (rsfc.per_subscriber) delivered data within the last second, and "
+     "8 KB or more in this second and the two before or one filled its window (a request, a "
+     "keepalive or a control connection does neither). The swing pacing breaks needs such an "
+     "upload; a download "
+     "alone is left to its windows, where the pacer, which follows a link that speeds up by "
+     "gain per sample, would cost it rate."},
 };
 
 const FieldTable<DirectionParams> kDirectionFields = {

@@ -131,7 +131,8 @@ class Engine {
   inline void apply_knob(std::span<uint8_t> pkt, PacketView& v, uint32_t idx, Nanos now,
                          PacketMeta meta, PacketResult& r);
   inline void pace(uint32_t idx, const PacketView& v, Nanos now, PacketResult& r);
-  // Whether the subscriber entry `owner` has a regulated upload that delivered within a second.
+  // Whether the subscriber entry `owner` has a bulk upload running
+  // (SubscriberUplink::uploads_bulk()).
   bool phone_uploads(uint32_t owner, Nanos now) const;
   UplinkSlot* uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_phone);
   uint32_t add_flow(const FlowKey& key, uint32_t h, const PacketView& v, Direction dir, Nanos now);

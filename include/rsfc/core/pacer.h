@@ -31,10 +31,11 @@ struct PacingParams {
   // once per window, is held on every window: the hold lengthens its round trip, its
   // receive rate falls with it, and the pacing rate with that (EXPERIMENTS Q22).
   uint32_t burst_bytes = 2920;
-  // Pace a download only while its phone has a regulated upload that delivered data within
-  // the last second (the uplink knob's rsfc, rsfc.per_subscriber): the swing pacing breaks
-  // needs one, and a download alone is then left to its windows, where the pacer's lag behind
-  // a link that speeds up (gain per sample) would cost it (EXPERIMENTS Q22).
+  // Pace a download only while its phone runs a bulk upload (regulated uploads, under the
+  // uplink knob's rsfc and rsfc.per_subscriber; SubscriberUplink::uploads_bulk): the swing
+  // pacing breaks needs one, and a download alone is then left to its windows, where the
+  // pacer's lag behind a link that speeds up (gain per sample) would cost it (EXPERIMENTS
+  // Q22).
   bool next_to_upload_only = false;
 };
 

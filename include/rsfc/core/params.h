@@ -41,9 +41,9 @@ struct RsfcParams {
   Nanos threshold_floor = 20 * kMilli;        // auto T never below this (TS granularity)
   Nanos threshold_ceiling = 80 * kMilli;      // auto T never above this (latency budget)
   Nanos threshold_ceiling_lag = 80 * kMilli;  // ... for a flow without timestamps (lag signal)
-  // The downlink knob's auto-T ceiling for a download whose phone has no regulated upload
-  // running (Engine::phone_uploads), where it is above threshold_ceiling (0: never). Next to
-  // an upload, threshold_ceiling holds.
+  // The downlink knob's auto-T ceiling for a download whose phone has no bulk upload running
+  // (Engine::phone_uploads), where it is above threshold_ceiling (0: never). Next to an
+  // upload, threshold_ceiling holds.
   Nanos threshold_ceiling_download_alone = 80 * kMilli;
   Nanos min_window_horizon = 10 * kSecond;     // sliding window for min(d) and RTT_min
   Nanos tbuff_filter = 200 * kMilli;           // short windowed minimum on t_buff samples

@@ -53,9 +53,14 @@ class SubscriberUplink {
  public:
   static constexpr Nanos kEpoch = 1 * kSecond;
 
+  // A bulk upload for uploads_bulk(): this many bytes in the current epoch and the two
+  // before (2 to 3 s). A request, a keepalive or a control connection sends less.
+  static constexpr uint32_t kBulkBytes = 8192;
+
   void on_delivered(Nanos now, uint32_t bytes, Nanos interval) {
     if (!rate_.started()) rate_.start(seq_);
     rate_.on_data(now, seq_, bytes, interval);
+    roll(epoch_of(now));
     seq_ += bytes;
   }
   // Whether a member delivered data since `since` (a regulated upload is running).
@@ -70,29 +75,57 @@ class SubscriberUplink {
   // own bookkeeping (one count per member and epoch of kEpoch).
   void report_active(Nanos now, int64_t& epoch) {
     const int64_t e = now / kEpoch;
-    if (e != epoch_) {
-      active_[1] = e == epoch_ + 1 ? active_[0] : 0;
-      active_[0] = 0;
-      epoch_ = e;
-    }
+    roll(epoch_of(now));
     if (epoch != e) {
       epoch = e;
-      ++active_[0];
+      if (active_[0] < std::numeric_limits<uint16_t>::max()) ++active_[0];
     }
+  }
+  // Whether a bulk upload is running: a member delivered within the last epoch, and either
+  // the members delivered kBulkBytes or more in the current epoch and the two before, or one
+  // reported in this epoch or the previous one that it uses its window (report_active). A
+  // keepalive, a request or a control connection does neither. The second catches an upload
+  // starved by a long round trip, which delivers little but fills its window (2G, behind its
+  // phone's download queue: 1.4 KB a second for ten seconds in rsfc-simsuite 2g); the first,
+  // an upload before its regulator has the signals to judge its window (its startup).
+  bool uploads_bulk(Nanos now) const {
+    if (!delivered_since(now - kEpoch)) return false;
+    const uint32_t behind = epoch_of(now) - epoch_;  // epochs since the latest roll()
+    const uint32_t from = behind < kMarks ? start_[behind] : seq_;
+    const bool active =
+        (behind == 0 && (active_[0] > 0 || active_[1] > 0)) || (behind == 1 && active_[0] > 0);
+    return active || seq_ - from >= kBulkBytes;
   }
   // Members that reported in this epoch or the previous one; at least 1.
   uint32_t active(Nanos now) const {
-    const int64_t e = now / kEpoch;
+    const uint32_t e = epoch_of(now);
     const uint32_t cur = e == epoch_ ? active_[0] : 0;
     const uint32_t prev = e == epoch_ ? active_[1] : (e == epoch_ + 1 ? active_[0] : 0);
     return std::max<uint32_t>({cur, prev, 1});
   }
 
  private:
+  static constexpr uint32_t kMarks = 3;
+  // The epoch's number modulo 2^32 (136 years of epochs; comparisons look a few apart).
+  static uint32_t epoch_of(Nanos now) { return static_cast<uint32_t>(now / kEpoch); }
+  // Epoch e begins (at a delivery or a report): the counts move back by the epochs that
+  // passed; those in between saw nothing.
+  void roll(uint32_t e) {
+    const uint32_t d = e - epoch_;
+    if (d == 0) return;
+    active_[1] = d == 1 ? active_[0] : 0;
+    active_[0] = 0;
+    for (uint32_t i = 0; i < kMarks; ++i) start_[i] = i + d < kMarks ? start_[i + d] : seq_;
+    epoch_ = e;
+  }
+
   DeliveredRate rate_;  // fed with a running byte count as its sequence
   uint32_t seq_ = 0;
-  int64_t epoch_ = -1;           // current epoch number
-  uint32_t active_[2] = {0, 0};  // members seen in the current / previous epoch
+  // uploads_bulk(): seq_ when the epoch two before the current one, the previous one and the
+  // current one began (oldest first).
+  uint32_t start_[kMarks] = {0, 0, 0};
+  uint32_t epoch_ = ~uint32_t{0};  // the latest epoch a delivery or a report came in
+  uint16_t active_[2] = {0, 0};    // members seen in the current / previous epoch (saturating)
 };
 
 }  // namespace rsfc
