@@ -87,20 +87,28 @@ def test_3g_smoke_both_knobs(prerequisites):
     assert both.rtt_p95_ms <= 1000  # `off` with an upload: > 4 s (the test above)
 
 
-@pytest.mark.timeout(180)
-def test_3g_smoke_downlink_pacing(prerequisites):
-    """rsfc on both knobs with the downlink pacer (`pacing.enabled: true`, DESIGN.md §4b):
-    the gateway releases the download's data at 1.05x the phone's receive rate, so the
-    upload's ACKs stop queueing behind its bursts and the two queues stop swinging. In the
-    lab (lab/EXPERIMENTS.md Q22) the phone's p95 under a download and an upload fell from
-    289-346 ms (rsfc+rsfc, three runs) to 145-150 ms, both transfers at 87-93 %. Fails if
-    the pacer holds nothing, if a held packet gets two verdicts or none (the kernel's
-    queue would reject one, or keep it), or if the p95 stays where the windows alone leave
-    it."""
+@pytest.mark.timeout(240)
+def test_3g_smoke_shipped_configuration_paces_next_to_an_upload(prerequisites):
+    """The shipped file (conf/rsfcd.yaml, `shipped` in lab/policies.py): rsfc on both knobs
+    and the downlink pacer, gated on a bulk upload of the phone's (DESIGN.md §4b). With an
+    upload the gateway releases the download's data at 1.05x the phone's receive rate, so
+    the upload's ACKs stop queueing behind its bursts and the two queues stop swinging (the
+    lab's full run, lab/EXPERIMENTS.md Q22: p95 under both 349 -> 133 ms, download and upload
+    95 / 92 %). A download alone is left to its windows: iperf3's control connection, a few
+    hundred bytes from the phone, must not open the gate. Fails if the pacer holds nothing
+    next to the upload or anything without one, if a held packet gets two verdicts or none
+    (the kernel's queue would reject one, or keep it), or if the p95 stays where the windows
+    alone leave it."""
     assert linkem_binary().exists(), f"rsfc-linkem not built at {linkem_binary()}"
     link = scenarios.SCENARIOS["3g"].link
     fraction = payload_fraction(True, "tbf")
-    both = _run("rsfc+rsfc[pacing.enabled=true]", "both")
+    alone = _run("shipped", "dl")
+    m = alone.daemon_metrics
+    assert m.get("rsfcd_downlink_windows_applied_total", 0) > 0, m
+    assert m.get("rsfcd_pacing_packets_held_total", -1) == 0, m
+    assert alone.dl_mbps >= 0.85 * link.down.rate_bps * fraction / 1e6
+
+    both = _run("shipped", "both")
     m = both.daemon_metrics
     assert m.get("rsfcd_pacing_packets_held_total", 0) > 1000, m
     assert m.get("rsfcd_downlink_packets_paced_total", 0) == m.get(
