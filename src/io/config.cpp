@@ -916,9 +916,8 @@ const FieldTable<PacingParams> kPacingFields = {
      "knob's rsfc regulates (rsfc.per_subscriber) delivered data within the last second, and "
      "8 KB or more in this second and the two before or one filled its window (a request, a "
      "keepalive or a control connection does neither). The swing pacing breaks needs such an "
-     "upload; a download "
-     "alone is left to its windows, where the pacer, which follows a link that speeds up by "
-     "gain per sample, would cost it rate."},
+     "upload; a download alone is left to its windows, where the pacer, which follows a link "
+     "that speeds up by gain per sample, would cost it rate."},
 };
 
 const FieldTable<DirectionParams> kDirectionFields = {

@@ -92,22 +92,23 @@ class SubscriberUplink {
     if (!delivered_since(now - kEpoch)) return false;
     const uint32_t behind = epoch_of(now) - epoch_;  // epochs since the latest roll()
     const uint32_t from = behind < kMarks ? start_[behind] : seq_;
-    const bool active =
-        (behind == 0 && (active_[0] > 0 || active_[1] > 0)) || (behind == 1 && active_[0] > 0);
-    return active || seq_ - from >= kBulkBytes;
+    return reported(behind) > 0 || seq_ - from >= kBulkBytes;
   }
   // Members that reported in this epoch or the previous one; at least 1.
   uint32_t active(Nanos now) const {
-    const uint32_t e = epoch_of(now);
-    const uint32_t cur = e == epoch_ ? active_[0] : 0;
-    const uint32_t prev = e == epoch_ ? active_[1] : (e == epoch_ + 1 ? active_[0] : 0);
-    return std::max<uint32_t>({cur, prev, 1});
+    return std::max<uint32_t>(reported(epoch_of(now) - epoch_), 1);
   }
 
  private:
   static constexpr uint32_t kMarks = 3;
   // The epoch's number modulo 2^32 (136 years of epochs; comparisons look a few apart).
   static uint32_t epoch_of(Nanos now) { return static_cast<uint32_t>(now / kEpoch); }
+  // Members that reported in the current epoch or the previous one, `behind` epochs after
+  // the latest roll().
+  uint32_t reported(uint32_t behind) const {
+    if (behind == 0) return std::max(active_[0], active_[1]);
+    return behind == 1 ? active_[0] : 0;
+  }
   // Epoch e begins (at a delivery or a report): the counts move back by the epochs that
   // passed; those in between saw nothing.
   void roll(uint32_t e) {
