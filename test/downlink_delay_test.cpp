@@ -378,6 +378,59 @@ TEST(DownlinkQueue, TheFirstSampleWaitsLongerThanTheSlotAge) {
                          kHorizon, kFilter));
 }
 
+// The phone's clock can take seconds to measure (its handshake ACK waited behind an upload:
+// no hint), and a download nobody regulates yet builds its queue meanwhile. The matches of
+// that time are kept: the first sample once the tick is known reads the queue that built,
+// not zero (a baseline learnt then took a 2G download's 2.3 s start-up queue for empty, and
+// its base round trip for 2.5 s: lab, EXPERIMENTS Q29).
+TEST(DownlinkQueue, AQueueBuiltBeforeTheTickIsKnownIsMeasured) {
+  Downlink L;
+  // From an empty buffer at 1.5 times the rate: the queue grows by a third of a second per
+  // second, to 0.67 s when the tick becomes known at 2 s.
+  const auto f = phases(L, {{1.5, 4 * kSecond}});
+  const Nanos known = 2 * kSecond;
+  DownlinkQueueEstimator est;
+  const auto s =
+      run(L, f, est, [&](Nanos t) { return t < known ? 0.0 : static_cast<double>(L.tick); });
+  ASSERT_FALSE(s.empty());
+  const Sample& first = s.front();
+  EXPECT_GE(first.at, known);
+  ASSERT_GT(first.true_queue, 500 * kMilli);
+  const Nanos tol = 2 * L.tx() + 2 * L.tick + L.delack;
+  EXPECT_NEAR(static_cast<double>(first.raw), static_cast<double>(first.true_queue),
+              static_cast<double>(tol));
+  expect_accurate(L, s);
+  // The same download with the tick known from the start reads the same queue then.
+  DownlinkQueueEstimator known_from_start;
+  const auto k = run(L, f, known_from_start);
+  const auto same =
+      std::find_if(k.begin(), k.end(), [&](const Sample& x) { return x.at == first.at; });
+  ASSERT_NE(same, k.end());
+  EXPECT_NEAR(static_cast<double>(first.raw), static_cast<double>(same->raw),
+              static_cast<double>(L.tick));
+}
+
+// A kept match counts at its own time: one older than the horizon when the tick becomes
+// known has aged out (the level may have moved since: a route, a clock's drift).
+TEST(DownlinkQueue, AKeptMatchAgesOutWithTheHorizon) {
+  DownlinkQueueEstimator est;
+  est.on_data(0, 1000, 2000, kSpacing);
+  EXPECT_FALSE(est.on_ack(20 * kMilli, 2000, 20, 0.0, kHorizon, kFilter));
+  // 12 s on, d is 300 ms higher; the tick is known now.
+  est.on_data(12 * kSecond, 2000, 3000, kSpacing);
+  const auto q = est.on_ack(12 * kSecond + 20 * kMilli, 3000, 12320, 1e6, kHorizon, kFilter);
+  ASSERT_TRUE(q);
+  EXPECT_EQ(*q, 0);
+  // Within the horizon the same kept match does count.
+  DownlinkQueueEstimator e2;
+  e2.on_data(0, 1000, 2000, kSpacing);
+  EXPECT_FALSE(e2.on_ack(20 * kMilli, 2000, 20, 0.0, kHorizon, kFilter));
+  e2.on_data(5 * kSecond, 2000, 3000, kSpacing);
+  const auto q2 = e2.on_ack(5 * kSecond + 20 * kMilli, 3000, 5320, 1e6, kHorizon, kFilter);
+  ASSERT_TRUE(q2);
+  EXPECT_NEAR(static_cast<double>(*q2), 300e6, 1e6);
+}
+
 TEST(DownlinkQueue, TickCorrectionRebasesTheMinimum) {
   Downlink L;
   DownlinkQueueEstimator est;

@@ -800,5 +800,55 @@ TEST(SimDownlinkPacing, ConstantLinksHalveThePhonesLatencyUnderBothTransfers) {
   }
 }
 
+// (g) 2G under both transfers with the shipped configuration (both knobs' auto-T ceiling
+// 30 ms, the download alone's 80 ms, the pacer next to an upload only): issue 16's 2G target,
+// the phone's p95 under 1 s with both transfers above 80 % of their rates alone. The
+// upload starts first, so the download's handshake ACK waits behind it: no tick hint, and its
+// first queue samples come only once the tick is measured, seconds in, with the download's
+// own start-up queue standing. Learnt as the baseline, that queue stayed for the whole test
+// (1.87 s p95 here; lab, EXPERIMENTS Q29: 6.8 s in the late runs).
+// Hypothesis: with the matches kept until the tick is known, p95 < 1 s and both > 80 % on
+// the median of three seeds. Killed by any of them.
+TEST(SimDownlinkPacing, TwoGUnderBothTransfersMeetsTheTarget) {
+  std::vector<double> p95, dl, ul;
+  for (uint32_t seed = 0; seed < 3; ++seed) {
+    auto with = [&](int uploads, int downloads, bool regulated) {
+      Scenario x = sim::two_g_link();
+      x.duration = 38 * kSecond;
+      x.warmup = 8 * kSecond;
+      x.seed = seed;
+      x.uploads = uploads;
+      x.downloads = downloads;
+      x.rsfc.threshold_ceiling = 30 * kMilli;
+      x.rsfc.threshold_floor = std::min(x.rsfc.threshold_floor, x.rsfc.threshold_ceiling);
+      x.dlq.threshold_ceiling = 30 * kMilli;
+      x.dlq.threshold_floor = std::min(x.dlq.threshold_floor, x.dlq.threshold_ceiling);
+      x.dlq_ceiling_alone = 80 * kMilli;
+      if (regulated) {
+        x.uplink = Policy::kRsfc;
+        x.downlink = Policy::kRsfc;
+        x.downlink_queue_regulator = true;
+        x.pacing.enabled = true;
+        x.pacing.next_to_upload_only = true;
+      }
+      return sim::simulate(x);
+    };
+    const Result down0 = with(0, 1, false), up0 = with(1, 0, false), both = with(1, 1, true);
+    p95.push_back(both.ping_p95_ms);
+    dl.push_back(both.download_bps / down0.download_bps);
+    ul.push_back(both.upload_bps / up0.upload_bps);
+    std::printf(
+        "    2g seed %u: p95 %.0f ms (download alone unregulated %.0f ms), dl %.0f %% ul %.0f %%\n",
+        seed, both.ping_p95_ms, down0.ping_p95_ms, 100 * dl.back(), 100 * ul.back());
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  EXPECT_LT(median(p95), 1000.0);
+  EXPECT_GT(median(dl), 0.8);
+  EXPECT_GT(median(ul), 0.8);
+}
+
 }  // namespace
 }  // namespace rsfc

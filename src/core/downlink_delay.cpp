@@ -1,6 +1,7 @@
 #include "rsfc/core/downlink_delay.h"
 
 #include <cmath>
+#include <limits>
 
 namespace rsfc {
 
@@ -49,7 +50,43 @@ void DownlinkQueueEstimator::restart() {
   dmin_.clear();
   filter_.clear();
   has_ref_ = false;
-  last_raw_.reset();
+  g_used_ = 0;
+  early_n_ = 0;
+  last_raw_ = -1;
+}
+
+// A match while the tick is unknown: the first one sets the reference, the first kEarly are
+// kept (one that does not fit the compact form is skipped: it would be seconds late anyway).
+void DownlinkQueueEstimator::keep_early(Nanos now, Nanos sent, int64_t ticks) {
+  if (!has_ref_) {
+    has_ref_ = true;
+    ref_time_ = sent;
+    ref_ticks_ = ticks;
+    g_used_ = 0;
+  }
+  if (early_n_ >= kEarly) return;
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  const int64_t sent_us = (sent - ref_time_) / 1000;
+  const int64_t rel = ticks - ref_ticks_;
+  const int64_t wait_us = (now - sent) / 1000;
+  if (sent_us < -kMax || sent_us > kMax || rel < -kMax || rel > kMax || wait_us < 0 ||
+      wait_us > kMax) {
+    return;
+  }
+  early_[early_n_++] = {static_cast<int32_t>(sent_us), static_cast<int32_t>(rel),
+                        static_cast<uint32_t>(wait_us)};
+}
+
+// The tick became known (g_used_): the kept matches enter min(d) at their own times, oldest
+// first (the window ages out any older than the horizon).
+void DownlinkQueueEstimator::score_early(Nanos horizon) {
+  for (uint8_t i = 0; i < early_n_; ++i) {
+    const Early& e = early_[i];
+    const Nanos sent = static_cast<Nanos>(e.sent_us) * 1000;
+    const int64_t d = std::llround(static_cast<double>(e.ticks) * g_used_) - sent;
+    dmin_.update(ref_time_ + sent + static_cast<Nanos>(e.wait_us) * 1000, d, horizon, e.ticks);
+  }
+  early_n_ = 0;
 }
 
 std::optional<Nanos> DownlinkQueueEstimator::on_ack(Nanos now, uint32_t ack, uint32_t tsval,
@@ -60,14 +97,20 @@ std::optional<Nanos> DownlinkQueueEstimator::on_ack(Nanos now, uint32_t ack, uin
   if (!match) return std::nullopt;
   matched_end_ = match->end;
   ++matches_;
-  if (ns_per_tick <= 0) return std::nullopt;
   const Nanos sent = match->time;
+  if (ns_per_tick <= 0) {
+    keep_early(now, sent, ticks);
+    return std::nullopt;
+  }
   if (samples_ > 0 && now - last_sample_ > horizon) restart();  // idle: trust nothing old
   if (!has_ref_) {
     has_ref_ = true;
     ref_time_ = sent;
     ref_ticks_ = ticks;
     g_used_ = ns_per_tick;
+  } else if (g_used_ == 0) {
+    g_used_ = ns_per_tick;
+    score_early(horizon);
   } else if (ns_per_tick != g_used_) {
     const double dg = ns_per_tick - g_used_;
     dmin_.rebase([dg](int64_t value, int64_t aux) {
@@ -89,7 +132,7 @@ std::optional<Nanos> DownlinkQueueEstimator::on_ack(Nanos now, uint32_t ack, uin
 }
 
 std::optional<Nanos> DownlinkQueueEstimator::filtered(Nanos now, Nanos filter) const {
-  if (filter <= 0) return last_raw_;
+  if (filter <= 0) return last_raw();
   const auto f = filter_.get(now, filter);
   if (!f) return std::nullopt;
   return f->value;

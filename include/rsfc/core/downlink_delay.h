@@ -26,7 +26,12 @@
 //  - TSval wraps are unwrapped; g (ns per tick) comes from the caller (the flow's tick
 //    estimate from the phone's segments) and stored values are re-based when it changes;
 //  - after an idle gap longer than the horizon the windows restart (a suspended phone's TS
-//    clock stopped).
+//    clock stopped);
+//  - before g is known (the phone's clock takes a second or more to measure, seconds when its
+//    handshake ACK waited behind an upload) the first kEarly matches are kept, compactly, and
+//    enter min(d) with their own times when g arrives. The first data went out into an
+//    empty buffer; a baseline learnt only from the first sample after g is known would take
+//    the flow's own start-up queue for empty (a 2G download behind an upload: 2.3 s of it).
 // Pure, fixed-size, no heap.
 #pragma once
 
@@ -48,6 +53,8 @@ class DownlinkQueueEstimator {
   // waits for this first sample) can build a queue longer than kMaxAge, and slots dropped
   // before their ACK would keep it waiting for good.
   static constexpr Nanos kMaxAgeFirst = 30 * kSecond;
+  // Matches kept while the tick is unknown, to be scored once it is known.
+  static constexpr size_t kEarly = 4;
 
   // A data segment [seq, end) forwarded towards the phone at `now`. True when it was timed
   // (took a slot): not within `min_spacing` of the last one timed, and a slot was free.
@@ -61,7 +68,10 @@ class DownlinkQueueEstimator {
 
   // Standing downlink queue: the minimum of the raw samples of the last `filter`.
   std::optional<Nanos> filtered(Nanos now, Nanos filter) const;
-  std::optional<Nanos> last_raw() const { return last_raw_; }
+  std::optional<Nanos> last_raw() const {
+    if (last_raw_ < 0) return std::nullopt;
+    return last_raw_;
+  }
   uint32_t samples() const { return samples_; }
   // End sequence of the timed segment the last covering ACK matched (with or without a
   // sample), and how many ACKs matched so far.
@@ -78,11 +88,20 @@ class DownlinkQueueEstimator {
     Nanos time;
     uint32_t end;
   };
+  // A match before the tick was known, relative to ref_time_ / ref_ticks_ (us: 35 minutes).
+  struct Early {
+    int32_t sent_us = 0;
+    int32_t ticks = 0;
+    uint32_t wait_us = 0;  // from sent to the ACK's arrival
+  };
+  void keep_early(Nanos now, Nanos sent, int64_t ticks);
+  void score_early(Nanos horizon);
   std::optional<Match> take_covered(Nanos now, uint32_t ack);
   void restart();
 
   Nanos max_age() const { return samples_ == 0 ? kMaxAgeFirst : kMaxAge; }
   std::array<Slot, kSlots> slots_{};
+  std::array<Early, kEarly> early_{};
   TsUnwrapper unwrap_;
   WindowedMinAux<8> dmin_;  // value d, aux = ticks - ref_ticks_
   WindowedMin<4> filter_;   // raw q_down samples
@@ -91,14 +110,15 @@ class DownlinkQueueEstimator {
   Nanos ref_time_ = 0;
   int64_t ref_ticks_ = 0;
   double g_used_ = 0;
-  std::optional<Nanos> last_raw_;
+  Nanos last_raw_ = -1;  // < 0: none (a sample is >= 0; no optional's padding per flow)
   uint32_t high_end_ = 0;
   uint32_t matched_end_ = 0;
   uint64_t matches_ = 0;
   uint32_t samples_ = 0;
+  uint8_t early_n_ = 0;
   bool have_high_ = false;
   bool recorded_ = false;
-  bool has_ref_ = false;
+  bool has_ref_ = false;  // ref_time_, ref_ticks_ set; g_used_ too once it is non-zero
 };
 
 }  // namespace rsfc
