@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--policies", help="suite: the policies instead of the default list (off "
                     "is always run: it is the baseline), comma-separated")
     ap.add_argument("--runs", type=int, default=3, help="suite: runs per cell (default 3)")
+    ap.add_argument("--upload-lead", type=float, default=0.0, metavar="S",
+                    help="suite: in the test with both transfers the upload starts S seconds "
+                         "before the download (which ends with it); the lines record it")
     ap.add_argument("--resume", action="store_true",
                     help="suite: skip the tests already in WORKDIR/suite/results.jsonl")
     ap.add_argument("--dry-run", action="store_true",
@@ -129,6 +132,10 @@ def main(argv=None) -> int:
     if a.scenario == "suite":
         if a.runs < 1:
             ap.error("--runs must be at least 1")
+        warmup = a.warmup or suite.DEFAULT_WARMUP_S
+        if not 0 <= a.upload_lead < warmup:
+            ap.error(f"--upload-lead must be at least 0 and less than the warm-up ({warmup:g} s)"
+                     ": the measured window needs both transfers")
         checked = suite.suite_policies(a)
         try:
             suite.select_cells(a.cells, a.duration or suite.DEFAULT_DURATION_S,

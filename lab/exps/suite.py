@@ -198,15 +198,18 @@ def measure_test(res: dict, warmup_s: float, duration_s: float) -> dict:
 
 
 def run_test(cell: Cell, policy: str, kind: str, run: int, D: float, W: float, wd: Path,
-             log) -> dict:
+             log, upload_lead: float = 0.0) -> dict:
     """One test on a fresh lab: `kind` dl, ul or both; its numbers (the raw result is kept
-    gzipped in the Bench directory)."""
+    gzipped in the Bench directory). With `upload_lead` (s, both only) the upload starts
+    first and the download that much later, ending with it (a background upload already
+    filling the uplink buffer when the download opens: its handshake waits behind it)."""
     link = cell.link(wd / "traces")
+    lead = upload_lead if kind == "both" else 0.0
     with Bench(f"suite-{cell.name}-r{run}-{kind}", link, policy, engine=cell.engine,
                phone_timestamps=cell.timestamps, workdir=wd, log=log) as b:
         b.begin(ping_s=D, linger_s=cell.linger_s())
         if kind in ("dl", "both"):
-            b.at(0, b.bulk, "dl", "down", D)
+            b.at(lead, b.bulk, "dl", "down", D - lead)
         if kind in ("ul", "both"):
             b.at(0, b.bulk, "ul", "up", D)
         b.run_schedule()
@@ -218,8 +221,11 @@ def run_test(cell: Cell, policy: str, kind: str, run: int, D: float, W: float, w
 
 def line_key(line: dict) -> str:
     """What makes two JSON lines the same test."""
-    return json.dumps([line["cell"], line["run"], line["policy"], line["kind"],
-                       line["duration_s"], line["warmup_s"], line["config"]], sort_keys=True)
+    key = [line["cell"], line["run"], line["policy"], line["kind"], line["duration_s"],
+           line["warmup_s"], line["config"]]
+    if line.get("upload_lead_s"):
+        key.append(line["upload_lead_s"])  # only lines of an --upload-lead run have one
+    return json.dumps(key, sort_keys=True)
 
 
 def read_lines(path: Path) -> list[dict]:
@@ -289,7 +295,8 @@ def make_plan(a) -> Plan:
     lines = read_lines(jsonl) if a.resume else []
     done = {line_key(ln) for ln in lines if not ln["numbers"]["errors"]}
     tests = plan(cells, policies, a.runs)
-    todo = [t for t in tests if _line(t, D, W, configs) not in done]
+    lead = getattr(a, "upload_lead", 0.0) or 0.0
+    todo = [t for t in tests if _line(t, D, W, configs, lead) not in done]
     return Plan(D, W, cells, policies, configs, a.runs, jsonl, tests, todo,
                 [ln["wall_s"] for ln in lines])
 
@@ -302,16 +309,19 @@ def run(a, log) -> dict:
         pl.jsonl.rename(wd / f"results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     log(pl.text())
     walls = list(pl.walls)
+    lead = getattr(a, "upload_lead", 0.0) or 0.0
     for i, (r, cell, policy, kind) in enumerate(pl.todo, 1):
         t_start = time.monotonic()
         try:
-            numbers = run_test(cell, policy, kind, r, D, W, wd, log)
+            numbers = run_test(cell, policy, kind, r, D, W, wd, log, lead)
         except Exception as e:  # noqa: BLE001 (recorded; --resume runs it again)
             numbers = {"errors": [f"test failed: {e!r}"]}
         line = {"cell": cell.name, "run": r, "policy": policy, "kind": kind, "duration_s": D,
                 "warmup_s": W, "config": pl.configs[policy], "commit": a.git.get("commit"),
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "wall_s": round(time.monotonic() - t_start, 1), "numbers": numbers}
+        if lead and kind == "both":
+            line["upload_lead_s"] = lead
         with pl.jsonl.open("a") as f:
             f.write(json.dumps(line) + "\n")
         walls.append(line["wall_s"])
@@ -337,10 +347,13 @@ def suite_policies(a) -> list[str]:
     return list(dict.fromkeys(pols))
 
 
-def _line(test: tuple, D: float, W: float, configs: dict) -> str:
+def _line(test: tuple, D: float, W: float, configs: dict, lead: float = 0.0) -> str:
     r, cell, policy, kind = test
-    return line_key({"cell": cell.name, "run": r, "policy": policy, "kind": kind,
-                     "duration_s": D, "warmup_s": W, "config": configs[policy]})
+    line = {"cell": cell.name, "run": r, "policy": policy, "kind": kind, "duration_s": D,
+            "warmup_s": W, "config": configs[policy]}
+    if lead and kind == "both":
+        line["upload_lead_s"] = lead
+    return line_key(line)
 
 
 def assemble(lines: list[dict], cells: list[Cell], policies: list[str], runs: int, D: float,

@@ -160,7 +160,10 @@ def test_a_bad_static2_is_refused_by_the_daemon(prerequisites, tmp_path):
 
 @pytest.mark.parametrize("args,word", [(["--cells", "3g,4g"], "unknown cell"),
                                        (["--policies", "off,static2:x"], "static2:x"),
-                                       (["--runs", "0"], "--runs")])
+                                       (["--runs", "0"], "--runs"),
+                                       (["--upload-lead", "10", "--warmup", "8"],
+                                        "--upload-lead"),
+                                       (["--upload-lead", "-1"], "--upload-lead")])
 def test_a_bad_suite_command_stops_before_any_run(args, word):
     r = subprocess.run(["/usr/bin/python3", str(LAB / "experiments.py"), "suite", "--dry-run",
                         *args], capture_output=True, text=True, timeout=60)
@@ -232,8 +235,8 @@ def fake_lab(monkeypatch):
     """suite.run_test replaced: made-up numbers, each call recorded."""
     calls = []
 
-    def run_test(cell, policy, kind, run, duration, warmup, wd, log):
-        calls.append((cell.name, policy, kind, run))
+    def run_test(cell, policy, kind, run, duration, warmup, wd, log, upload_lead=0.0):
+        calls.append((cell.name, policy, kind, run) + ((upload_lead,) if upload_lead else ()))
         return fake_numbers(cell.name, policy, kind, run)
     monkeypatch.setattr(suite, "run_test", run_test)
     return calls
@@ -400,6 +403,24 @@ def test_a_changed_configuration_is_not_resumed(tmp_path, fake_lab):
     a.duration = 30.0
     suite.run(a, lambda m: None)
     assert len(fake_lab) == 14  # another window: every test again
+
+
+def test_an_upload_lead_starts_the_upload_first_and_is_its_own_test(tmp_path, fake_lab):
+    a = fake_args(tmp_path, runs=1, cells="2g", policies="off,shipped")
+    suite.run(a, lambda m: None)
+    assert len(fake_lab) == 5 and all(len(c) == 4 for c in fake_lab)
+    a.resume, a.upload_lead = True, 0.5
+    suite.run(a, lambda m: None)
+    # only the tests with both transfers run again, with the lead; the others are the same
+    assert sorted(fake_lab[5:]) == [("2g", "off", "both", 1, 0.5),
+                                    ("2g", "shipped", "both", 1, 0.5)]
+    jsonl = tmp_path / "suite" / "results.jsonl"
+    lines = [json.loads(x) for x in jsonl.read_text().splitlines()]
+    assert [ln.get("upload_lead_s") for ln in lines if ln["kind"] == "both"] == [None, None,
+                                                                                 0.5, 0.5]
+    assert all("upload_lead_s" not in ln for ln in lines if ln["kind"] != "both")
+    suite.run(a, lambda m: None)
+    assert len(fake_lab) == 7  # resumed: nothing left
 
 
 def test_the_estimate(tmp_path):
