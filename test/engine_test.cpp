@@ -1518,6 +1518,10 @@ struct Download {
   Nanos upload_until = 0;
   uint32_t upload_bytes = 1448;
   Nanos upload_gap = 10 * kMilli;
+  // TSval of the download's handshake ACK (at 44 ms; the SYN's is 1000 at 0). 1044: a 1 ms
+  // clock through an empty uplink, the handshake gives the tick. Smaller: the SYN waited
+  // behind an upload longer than the ACK, and the handshake gives none.
+  uint32_t handshake_ack_tsval = 1044;
 };
 
 EngineParams downlink_params(Policy down) {
@@ -1578,7 +1582,7 @@ DownloadResult run_download(Engine& e, const Download& o) {
                     .payload_len = len},
                    at);
   };
-  from_phone(kPhoneIsn + 1, kServerIsn + 1, 1044, 777, 0, t0 + 44 * kMilli);
+  from_phone(kPhoneIsn + 1, kServerIsn + 1, o.handshake_ack_tsval, 777, 0, t0 + 44 * kMilli);
   if (o.request > 0) {
     from_phone(kPhoneIsn + 1, kServerIsn + 1, 1045, 777, o.request, t0 + 45 * kMilli);
   }
@@ -1644,6 +1648,35 @@ DownloadResult run_download(Engine& e, const Download& o) {
   e.set_decision_sink(nullptr);
   res.records = sink.records;
   return res;
+}
+
+// A download that opens behind a phone's upload: its handshake gives no tick (the SYN waited
+// behind the upload's data longer than the ACK: 20 ticks in 44 ms), and its own estimate
+// needs a second or more of slopes while its queue builds (lab, 2G: a 79 KB first window,
+// EXPERIMENTS Q29). The phone's tick is the host's, and the upload's handshake gave it:
+// the download starts from it and takes its first step as a download whose handshake gave
+// its own tick would. Without the upload's tick it waits for its own.
+TEST(EngineDownlinkRsfc, ANewFlowStartsFromTheTickThePhonesUploadMeasured) {
+  auto first_downlink = [](const DownloadResult& r) -> std::optional<DecisionRecord> {
+    for (const auto& rec : r.records) {
+      if (std::string(rec.knob) == "downlink") return rec;
+    }
+    return std::nullopt;
+  };
+  EngineParams p = downlink_params(Policy::kRsfc);
+  p.uplink.policy = Policy::kRsfc;  // the upload's regulator: the phone's shared state
+  const Nanos d = 3 * kSecond;
+  Engine own_hint(100, p), behind(100, p), alone(100, p);
+  const auto with_hint = first_downlink(run_download(own_hint, {.duration = d, .upload_until = d}));
+  const auto sibling = first_downlink(
+      run_download(behind, {.duration = d, .upload_until = d, .handshake_ack_tsval = 1020}));
+  const auto without =
+      first_downlink(run_download(alone, {.duration = d, .handshake_ack_tsval = 1020}));
+  ASSERT_TRUE(with_hint && sibling);
+  EXPECT_NEAR(sibling->tick_ms, 1.0, 1e-9);
+  EXPECT_EQ(sibling->time, with_hint->time) << "as soon as with the flow's own hint";
+  ASSERT_TRUE(without.has_value());
+  EXPECT_GT(without->time, sibling->time + 500 * kMilli) << "its own estimate takes longer";
 }
 
 EngineParams paced_params() {

@@ -688,5 +688,34 @@ TEST(HandshakeTimer, RetransmittedSynIsNotTimed) {
   EXPECT_FALSE(h.syn_timestamps());
 }
 
+// A sibling flow's tick (the phone's other flow measured it) is a hint for a flow with no
+// value yet: known at once, snapped, replaced by the flow's own estimate as usual; a flow
+// that has its own value keeps it, and a value no phone clock uses is ignored.
+TEST(TickEstimator, ASiblingsTickIsAHintUntilTheFlowsOwnEstimate) {
+  TickEstimator t;
+  t.on_sibling(3 * kMilli);  // not a clock of kCandidates
+  EXPECT_FALSE(t.known());
+  t.on_sibling(4 * kMilli);
+  ASSERT_TRUE(t.known());
+  EXPECT_EQ(t.quality(), TickEstimator::Quality::kHint);
+  EXPECT_DOUBLE_EQ(t.ns_per_tick(), 4e6);
+  t.on_sibling(1 * kMilli);  // it has a value now: a later sibling's does not replace it
+  EXPECT_DOUBLE_EQ(t.ns_per_tick(), 4e6);
+  // Its own clock is 1 ms (another host behind the same address): the estimate replaces
+  // the hint once both sides have their span.
+  for (Nanos a = 0; a <= 5 * kSecond; a += 10 * kMilli) {
+    t.on_sample(a + 20 * kMilli, a / kMilli);
+    t.on_echo(a - 20 * kMilli, a / kMilli);
+  }
+  EXPECT_EQ(t.quality(), TickEstimator::Quality::kEstimated);
+  EXPECT_DOUBLE_EQ(t.ns_per_tick(), 1e6);
+  // A flow whose handshake gave its tick ignores the sibling's.
+  TickEstimator own;
+  own.on_handshake(0, 1000, 200 * kMilli, 1200);
+  ASSERT_TRUE(own.known());
+  own.on_sibling(10 * kMilli);
+  EXPECT_DOUBLE_EQ(own.ns_per_tick(), 1e6);
+}
+
 }  // namespace
 }  // namespace rsfc

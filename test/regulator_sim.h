@@ -798,14 +798,26 @@ class Simulation {
     }
     FlowState& f = *flows_[p.flow];
     const Nanos now = ev_.now();
-    if (sc_.uplink == Policy::kRsfc) f.rsfc.on_uplink_segment(now, p.seg, sc_.rsfc);
+    // The phone's tick shared between its flows (Engine::take_phone_tick / note_phone_tick:
+    // the engine keeps it with the subscriber's shared state, which a regulated upload holds;
+    // it has an uplink regulator only for a flow that sends payload).
+    const bool share = sc_.uplink == Policy::kRsfc && sc_.subscriber_state;
+    if (sc_.uplink == Policy::kRsfc) {
+      if (share && phone_tick_ > 0) f.rsfc.sibling_tick(phone_tick_);
+      f.rsfc.on_uplink_segment(now, p.seg, sc_.rsfc);
+      if (share && p.seg.payload_len > 0 && f.rsfc.measured_tick() > 0) {
+        phone_tick_ = f.rsfc.measured_tick();
+      }
+    }
     const bool dlq_on = sc_.downlink_queue_regulator && now >= sc_.downlink_regulator_start;
     // The phone's SYN, for the downlink knob (with timestamps: hold_handshake_window).
     if (p.seg.syn() && !p.seg.ack_flag() && dlq_on && p.seg.has_ts) {
       p.wnd = std::min(p.wnd, startup_floor_bytes(sc_.dlq.initial_window_bytes));
     }
     if (dlq_on) {
+      if (share && phone_tick_ > 0) f.dlq.sibling_tick(phone_tick_);
       f.dlq.on_uplink_segment(now, p.seg, sc_.dlq);
+      if (share && f.dlq.measured_tick() > 0) phone_tick_ = f.dlq.measured_tick();
       if (sc_.pacing.enabled) f.pacer.on_phone_ack(now, p.seg, f.dlq.ns_per_tick(), sc_.pacing);
     } else if (sc_.downlink == Policy::kDrwa) {
       f.drwa.on_uplink_segment(now, p.seg, sc_.drwa);
@@ -832,6 +844,7 @@ class Simulation {
   // The restarted daemon: nothing of the old one survives (docs/DESIGN.md §5a).
   void restart() {
     phone_uplink_ = SubscriberUplink{};
+    phone_tick_ = 0;
     for (auto& f : flows_) {
       f->rsfc = UplinkRegulator{};
       if (sc_.subscriber_state) f->rsfc.attach(&phone_uplink_);
@@ -995,6 +1008,7 @@ class Simulation {
   Scenario sc_;
   DownlinkQueueParams dlq_alone_;  // sc_.dlq with dlq_ceiling_alone
   SubscriberUplink phone_uplink_;  // declared before flows_: outlives their regulators
+  Nanos phone_tick_ = 0;           // the phone's tick as one of its flows measured it
   bool bypass_ = false;            // the daemon is restarting (Scenario::restart_at)
   EventQueue ev_;
   Link up_, down_, to_srv_, from_srv_;

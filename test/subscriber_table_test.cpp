@@ -219,5 +219,28 @@ TEST(SubscriberUplink, ABulkUploadIsNotAKeepalive) {
   EXPECT_FALSE(burst.uploads_bulk(2 * kSecond + kMilli + 1));
 }
 
+// The phone's tick, noted by one of its regulated flows, is read by the others; it goes with
+// the shared state when the last regulator lets go, and only whole milliseconds are kept.
+TEST(SubscriberTable, ThePhonesTickGoesWithItsSharedState) {
+  SubscriberTable t(8);
+  const IpAddr a = addr(2);
+  const uint32_t i = t.acquire(a, 7);
+  ASSERT_NE(i, SubscriberTable::kNone);
+  EXPECT_EQ(t.phone_tick(i), 0);
+  t.note_phone_tick(i, 3333333);  // not whole milliseconds: ignored
+  EXPECT_EQ(t.phone_tick(i), 0);
+  t.note_phone_tick(i, 4 * kMilli);
+  EXPECT_EQ(t.phone_tick(i), 4 * kMilli);
+  EXPECT_EQ(t.acquire(a, 7), i);  // a second regulator of the phone reads it
+  EXPECT_EQ(t.phone_tick(i), 4 * kMilli);
+  t.note_phone_tick(i, 1 * kMilli);  // the latest wins
+  EXPECT_EQ(t.phone_tick(i), 1 * kMilli);
+  t.release(i);
+  t.release(i);
+  const uint32_t j = t.acquire(a, 7);
+  ASSERT_NE(j, SubscriberTable::kNone);
+  EXPECT_EQ(t.phone_tick(j), 0) << "a new start forgets the old tick";
+}
+
 }  // namespace
 }  // namespace rsfc

@@ -683,7 +683,10 @@ bool Engine::rst_acceptable(const Flow& f, const PacketView& v, Direction dir) c
       join_subscriber(idx, *up);
     }
     if (from_phone) {
+      const uint32_t owner = flows_->at(idx).owner;
+      take_phone_tick(owner, up->up);
       up->up.on_uplink_segment(now, seg, params_.rsfc);
+      note_phone_tick(owner, up->up);
     } else {
       up->up.on_downlink_segment(now, seg, params_.rsfc);
     }
@@ -741,7 +744,9 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
     if (q == nullptr) q = &slot.emplace<DownlinkQueueRegulator>();
     if (fresh) replay_handshake(f, *q, down_params_);
     if (from_phone) {
+      take_phone_tick(f.owner, *q);
       q->on_uplink_segment(now, seg, down_params_);
+      note_phone_tick(f.owner, *q);
       if (pacing_on()) {
         regs_->pacers[f.down_slot].on_phone_ack(now, seg, q->ns_per_tick(), params_.pacing);
       }
@@ -793,6 +798,18 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
   }
   // The regulator times the segment from when it leaves (feed_downlink() left it to here).
   q->on_downlink_segment(now, at, TcpSegment::from_view(v), down_params_);
+}
+
+template <class Regulator>
+void Engine::take_phone_tick(uint32_t owner, Regulator& r) {
+  if (owner == kNoOwner || subscribers_->refs(owner) == 0) return;
+  if (const Nanos g = subscribers_->phone_tick(owner); g > 0) r.sibling_tick(g);
+}
+
+template <class Regulator>
+void Engine::note_phone_tick(uint32_t owner, const Regulator& r) {
+  if (owner == kNoOwner || subscribers_->refs(owner) == 0) return;
+  if (const Nanos g = r.measured_tick(); g > 0) subscribers_->note_phone_tick(owner, g);
 }
 
 bool Engine::phone_uploads(uint32_t owner, Nanos now) const {

@@ -195,6 +195,16 @@ void TickEstimator::on_handshake(Nanos a_syn, int64_t t_syn, Nanos a_ack, int64_
   if (const uint8_t match = hint_match(a_ack - a_syn, t_ack - t_syn)) publish_hint(match);
 }
 
+void TickEstimator::on_sibling(Nanos g) {
+  if (quality_ != Quality::kUnknown) return;
+  for (uint8_t i = 0; i < kCandidates.size(); ++i) {
+    if (kCandidates[i] == g) {
+      publish_hint(static_cast<uint8_t>(i + 1));
+      return;
+    }
+  }
+}
+
 // The one clock phones use that `dt` ticks over `span` ns fit, within one tick's quantisation
 // and kHintSlack, as 1 + its index in kCandidates; 0 when none or several fit.
 uint8_t TickEstimator::hint_match(Nanos span, int64_t dt) {

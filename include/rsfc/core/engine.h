@@ -134,6 +134,14 @@ class Engine {
   // Whether the subscriber entry `owner` has a bulk upload running
   // (SubscriberUplink::uploads_bulk()).
   bool phone_uploads(uint32_t owner, Nanos now) const;
+  // The phone's tick shared between its flows (SubscriberTable::phone_tick), around a segment
+  // from the phone: before it, a regulator with no tick of its own takes the phone's; after
+  // it, one that measured the tick notes it. Only subscribers with a regulated upload hold the
+  // shared state, and an upload is what keeps a new flow's handshake from giving its tick.
+  template <class Regulator>
+  void take_phone_tick(uint32_t owner, Regulator& r);
+  template <class Regulator>
+  void note_phone_tick(uint32_t owner, const Regulator& r);
   UplinkSlot* uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_phone);
   uint32_t add_flow(const FlowKey& key, uint32_t h, const PacketView& v, Direction dir, Nanos now);
   bool room_for(uint32_t sub);

@@ -236,6 +236,13 @@ class TickEstimator {
   void on_echo(Nanos forwarded, int64_t ticks);
   // Two subscriber segments of the handshake (SYN, then the ACK of the SYN-ACK).
   void on_handshake(Nanos a_syn, int64_t t_syn, Nanos a_ack, int64_t t_ack);
+  // The tick another flow of the same phone measured (snapped: a clock of kCandidates). The
+  // tick is the host's, not the connection's (only the offsets differ), so a flow with no
+  // value of its own yet takes it as a hint, which its own estimate replaces as usual. (The
+  // handshake cannot vet it: behind an upload the SYN may wait longer than the ACK, and
+  // its span then reads the tick short. Two hosts behind one address with different clocks,
+  // a tethered laptop, get the other's tick for the second or so before the estimate.)
+  void on_sibling(Nanos g);
   void reanchor();
 
   Quality quality() const { return quality_; }
@@ -370,6 +377,7 @@ class UplinkDelayEstimator {
   void raise_baseline(Nanos now, Nanos by);
 
   const TickEstimator& tick() const { return tick_; }
+  void on_sibling_tick(Nanos g) { tick_.on_sibling(g); }
   bool ready() const { return tick_.known() && has_ref_; }
 
  private:

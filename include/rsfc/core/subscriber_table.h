@@ -44,6 +44,20 @@ class SubscriberTable {
     const uint32_t u = entries_[idx].uplink;
     return u == kNone ? 0 : uplinks_[u].refs;
   }
+  // The phone's TCP timestamp tick as one of its regulated flows measured it (a snapped
+  // clock of whole milliseconds; 0 = none yet), for an entry with regulator references. The
+  // tick is the host's, only the offsets are per connection: a flow of the phone with no
+  // value of its own yet starts from it (Engine::take_phone_tick). The latest one noted wins;
+  // it goes with the shared state when the last regulator lets go.
+  Nanos phone_tick(uint32_t idx) const {
+    return static_cast<Nanos>(uplinks_[entries_[idx].uplink].tick_ms) * kMilli;
+  }
+  void note_phone_tick(uint32_t idx, Nanos g) {
+    const Nanos ms = g / kMilli;
+    if (ms > 0 && ms <= 255 && ms * kMilli == g) {
+      uplinks_[entries_[idx].uplink].tick_ms = static_cast<uint8_t>(ms);
+    }
+  }
   uint32_t flows(uint32_t idx) const { return entries_[idx].flows; }
   uint32_t size() const { return size_; }          // entries in use
   uint32_t attached() const { return attached_; }  // entries with regulator references
@@ -60,7 +74,8 @@ class SubscriberTable {
   };
   struct Uplink {
     SubscriberUplink up;
-    uint32_t refs = 0;  // regulators attached to `up`
+    uint32_t refs = 0;    // regulators attached to `up`
+    uint8_t tick_ms = 0;  // phone_tick() (in the padding after refs)
   };
   uint32_t find_or_add(const IpAddr& addr, uint32_t hash);
   void free_entry(uint32_t idx);
