@@ -413,22 +413,22 @@ TEST(DownlinkQueue, AQueueBuiltBeforeTheTickIsKnownIsMeasured) {
 // A kept match counts at its own time: one older than the horizon when the tick becomes
 // known has aged out (the level may have moved since: a route, a clock's drift).
 TEST(DownlinkQueue, AKeptMatchAgesOutWithTheHorizon) {
-  DownlinkQueueEstimator est;
-  est.on_data(0, 1000, 2000, kSpacing);
-  EXPECT_FALSE(est.on_ack(20 * kMilli, 2000, 20, 0.0, kHorizon, kFilter));
-  // 12 s on, d is 300 ms higher; the tick is known now.
-  est.on_data(12 * kSecond, 2000, 3000, kSpacing);
-  const auto q = est.on_ack(12 * kSecond + 20 * kMilli, 3000, 12320, 1e6, kHorizon, kFilter);
-  ASSERT_TRUE(q);
-  EXPECT_EQ(*q, 0);
-  // Within the horizon the same kept match does count.
-  DownlinkQueueEstimator e2;
-  e2.on_data(0, 1000, 2000, kSpacing);
-  EXPECT_FALSE(e2.on_ack(20 * kMilli, 2000, 20, 0.0, kHorizon, kFilter));
-  e2.on_data(5 * kSecond, 2000, 3000, kSpacing);
-  const auto q2 = e2.on_ack(5 * kSecond + 20 * kMilli, 3000, 5320, 1e6, kHorizon, kFilter);
-  ASSERT_TRUE(q2);
-  EXPECT_NEAR(static_cast<double>(*q2), 300e6, 1e6);
+  // A match without the tick at 20 ms, then `later` on a sample whose d is 300 ms higher,
+  // the tick known by then: its q_down.
+  auto q_after = [](Nanos later) {
+    DownlinkQueueEstimator est;
+    est.on_data(0, 1000, 2000, kSpacing);
+    EXPECT_FALSE(est.on_ack(20 * kMilli, 2000, 20, 0.0, kHorizon, kFilter));
+    est.on_data(later, 2000, 3000, kSpacing);
+    const auto ticks = static_cast<uint32_t>((later + 320 * kMilli) / kMilli);
+    return est.on_ack(later + 20 * kMilli, 3000, ticks, 1e6, kHorizon, kFilter);
+  };
+  const auto aged = q_after(12 * kSecond);  // beyond the horizon: it has aged out
+  ASSERT_TRUE(aged);
+  EXPECT_EQ(*aged, 0);
+  const auto kept = q_after(5 * kSecond);  // within it: the kept match counts
+  ASSERT_TRUE(kept);
+  EXPECT_NEAR(static_cast<double>(*kept), 300e6, 1e6);
 }
 
 TEST(DownlinkQueue, TickCorrectionRebasesTheMinimum) {
