@@ -864,7 +864,9 @@ const FieldTable<RsfcParams> kRsfcFields = {
      "share one delivered rate (per rsfcd worker: rsfcd-iptables.sh's default subscriber "
      "balancing keeps all flows of a phone on one worker, -b kernel / --queue-balance does not), "
      "and each flow's window is sized on its share of it instead of on its own windowed maximum, "
-     "which overstates the share and makes several uploads keep a queue between them."},
+     "which overstates the share and makes several uploads keep a queue between them. The same "
+     "shared state hands a new flow of the phone (a download opened behind its upload, whose "
+     "handshake then gives no clock) the TCP timestamp clock its other flows measured."},
     {"share_equalize", real_field(&RsfcParams::share_equalize, {0, 1}),
      "How far each flow's share is pulled toward an equal split among the subscriber's uploads "
      "that use their windows: 0 = keep the shares as they are, 1 = equal."},
