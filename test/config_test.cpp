@@ -337,6 +337,9 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(c.flows_max, 1'000'000u);
   EXPECT_LE(reserved_bytes(c), uint64_t{512} << 20);  // one queue, pacer state included
   EXPECT_GE(c.regulated_max, 50'000u);
+  // ... and so do the code's defaults (a million flows, their regulator slots, no pacer).
+  EXPECT_EQ(d.flows_max, 1'000'000u);
+  EXPECT_LE(reserved_bytes(d), uint64_t{512} << 20);
   EXPECT_EQ(c.metrics_listen, d.metrics_listen);
   EXPECT_EQ(c.log_level, d.log_level);
   EXPECT_EQ(c.queue_maxlen, d.queue_maxlen);

@@ -57,7 +57,7 @@ void DownlinkQueueEstimator::restart() {
 
 // A match while the tick is unknown: the first one sets the reference, the first kEarly are
 // kept (one that does not fit the compact form is skipped: it would be seconds late anyway).
-void DownlinkQueueEstimator::keep_early(Nanos now, Nanos sent, int64_t ticks) {
+void DownlinkQueueEstimator::keep_early(Nanos sent, int64_t ticks) {
   if (!has_ref_) {
     has_ref_ = true;
     ref_time_ = sent;
@@ -68,23 +68,18 @@ void DownlinkQueueEstimator::keep_early(Nanos now, Nanos sent, int64_t ticks) {
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   const int64_t sent_us = (sent - ref_time_) / 1000;
   const int64_t rel = ticks - ref_ticks_;
-  const int64_t wait_us = (now - sent) / 1000;
-  if (sent_us < -kMax || sent_us > kMax || rel < -kMax || rel > kMax || wait_us < 0 ||
-      wait_us > kMax) {
-    return;
-  }
-  early_[early_n_++] = {static_cast<int32_t>(sent_us), static_cast<int32_t>(rel),
-                        static_cast<uint32_t>(wait_us)};
+  if (sent_us < -kMax || sent_us > kMax || rel < -kMax || rel > kMax) return;
+  early_[early_n_++] = {static_cast<int32_t>(sent_us), static_cast<int32_t>(rel)};
 }
 
-// The tick became known (g_used_): the kept matches enter min(d) at their own times, oldest
-// first (the window ages out any older than the horizon).
+// The tick became known (g_used_): the kept matches enter min(d) at their forwarding times,
+// oldest first (the window ages out any older than the horizon).
 void DownlinkQueueEstimator::score_early(Nanos horizon) {
   for (uint8_t i = 0; i < early_n_; ++i) {
     const Early& e = early_[i];
     const Nanos sent = static_cast<Nanos>(e.sent_us) * 1000;
     const int64_t d = std::llround(static_cast<double>(e.ticks) * g_used_) - sent;
-    dmin_.update(ref_time_ + sent + static_cast<Nanos>(e.wait_us) * 1000, d, horizon, e.ticks);
+    dmin_.update(ref_time_ + sent, d, horizon, e.ticks);
   }
   early_n_ = 0;
 }
@@ -99,7 +94,7 @@ std::optional<Nanos> DownlinkQueueEstimator::on_ack(Nanos now, uint32_t ack, uin
   ++matches_;
   const Nanos sent = match->time;
   if (ns_per_tick <= 0) {
-    keep_early(now, sent, ticks);
+    keep_early(sent, ticks);
     return std::nullopt;
   }
   if (samples_ > 0 && now - last_sample_ > horizon) restart();  // idle: trust nothing old
