@@ -273,6 +273,7 @@ class Plan:
     tests: list[tuple]
     todo: list[tuple]
     walls: list[float]  # wall times of the tests done before (--resume)
+    lead: float = 0.0   # --upload-lead, seconds (the tests with both transfers)
 
     def text(self) -> str:
         est = estimate_s(self.todo, self.D, self.walls)
@@ -298,7 +299,7 @@ def make_plan(a) -> Plan:
     lead = getattr(a, "upload_lead", 0.0) or 0.0
     todo = [t for t in tests if _line(t, D, W, configs, lead) not in done]
     return Plan(D, W, cells, policies, configs, a.runs, jsonl, tests, todo,
-                [ln["wall_s"] for ln in lines])
+                [ln["wall_s"] for ln in lines], lead)
 
 
 def run(a, log) -> dict:
@@ -309,7 +310,7 @@ def run(a, log) -> dict:
         pl.jsonl.rename(wd / f"results-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     log(pl.text())
     walls = list(pl.walls)
-    lead = getattr(a, "upload_lead", 0.0) or 0.0
+    lead = pl.lead
     for i, (r, cell, policy, kind) in enumerate(pl.todo, 1):
         t_start = time.monotonic()
         try:

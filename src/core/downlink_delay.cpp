@@ -55,15 +55,9 @@ void DownlinkQueueEstimator::restart() {
   last_raw_ = -1;
 }
 
-// A match while the tick is unknown: the first one sets the reference, the first kEarly are
-// kept (one that does not fit the compact form is skipped: it would be seconds late anyway).
+// A match while the tick is unknown: the first kEarly are kept, relative to the reference
+// (one that does not fit the compact form is skipped: it would be seconds late anyway).
 void DownlinkQueueEstimator::keep_early(Nanos sent, int64_t ticks) {
-  if (!has_ref_) {
-    has_ref_ = true;
-    ref_time_ = sent;
-    ref_ticks_ = ticks;
-    g_used_ = 0;
-  }
   if (early_n_ >= kEarly) return;
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   const int64_t sent_us = (sent - ref_time_) / 1000;
@@ -93,17 +87,18 @@ std::optional<Nanos> DownlinkQueueEstimator::on_ack(Nanos now, uint32_t ack, uin
   matched_end_ = match->end;
   ++matches_;
   const Nanos sent = match->time;
-  if (ns_per_tick <= 0) {
-    keep_early(sent, ticks);
-    return std::nullopt;
-  }
-  if (samples_ > 0 && now - last_sample_ > horizon) restart();  // idle: trust nothing old
+  // Idle: trust nothing old (samples_ > 0: the tick was known, and it stays known).
+  if (samples_ > 0 && now - last_sample_ > horizon) restart();
   if (!has_ref_) {
     has_ref_ = true;
     ref_time_ = sent;
     ref_ticks_ = ticks;
-    g_used_ = ns_per_tick;
-  } else if (g_used_ == 0) {
+  }
+  if (ns_per_tick <= 0) {
+    keep_early(sent, ticks);
+    return std::nullopt;
+  }
+  if (g_used_ == 0) {
     g_used_ = ns_per_tick;
     score_early(horizon);
   } else if (ns_per_tick != g_used_) {

@@ -802,14 +802,16 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
 
 template <class Regulator>
 void Engine::take_phone_tick(uint32_t owner, Regulator& r) {
-  if (owner == kNoOwner || subscribers_->refs(owner) == 0) return;
+  if (r.tick_ms() > 0 || owner == kNoOwner || subscribers_->refs(owner) == 0) return;
   if (const Nanos g = subscribers_->phone_tick(owner); g > 0) r.sibling_tick(g);
 }
 
 template <class Regulator>
 void Engine::note_phone_tick(uint32_t owner, const Regulator& r) {
-  if (owner == kNoOwner || subscribers_->refs(owner) == 0) return;
-  if (const Nanos g = r.measured_tick(); g > 0) subscribers_->note_phone_tick(owner, g);
+  const Nanos g = r.measured_tick();
+  if (g > 0 && owner != kNoOwner && subscribers_->refs(owner) > 0) {
+    subscribers_->note_phone_tick(owner, g);
+  }
 }
 
 bool Engine::phone_uploads(uint32_t owner, Nanos now) const {

@@ -119,7 +119,7 @@ class DownlinkQueueEstimator {
   uint8_t early_n_ = 0;
   bool have_high_ = false;
   bool recorded_ = false;
-  bool has_ref_ = false;  // ref_time_, ref_ticks_ set; g_used_ too once it is non-zero
+  bool has_ref_ = false;  // ref_time_, ref_ticks_ set (g_used_ = 0 until the tick is known)
 };
 
 }  // namespace rsfc

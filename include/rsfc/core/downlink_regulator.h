@@ -244,12 +244,8 @@ class DownlinkQueueRegulator {
   bool tick_estimated() const {
     return up_delay_.tick().quality() == TickEstimator::Quality::kEstimated;
   }
-  // The phone's tick for its other flows once snapped to a clock phones use (a hint from
-  // the handshake or the echoes, or the estimate); 0 = not yet.
-  Nanos measured_tick() const {
-    const TickEstimator& t = up_delay_.tick();
-    return t.known() && t.snapped() ? static_cast<Nanos>(t.ns_per_tick()) : 0;
-  }
+  // The phone's tick for its other flows (TickEstimator::shareable); 0 = not yet.
+  Nanos measured_tick() const { return up_delay_.tick().shareable(); }
   // Another flow of the phone measured its tick (TickEstimator::on_sibling).
   void sibling_tick(Nanos g) { up_delay_.on_sibling_tick(g); }
   std::optional<Nanos> q_down() const { return last_.q_down; }  // filtered, less the offset

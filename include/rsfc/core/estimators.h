@@ -248,6 +248,9 @@ class TickEstimator {
   Quality quality() const { return quality_; }
   bool known() const { return quality_ != Quality::kUnknown; }
   bool snapped() const { return snapped_; }
+  // The value a phone's other flows may start from (on_sibling): the tick once snapped to a
+  // clock phones use (a hint or the estimate); 0 = none.
+  Nanos shareable() const { return known() && snapped_ ? static_cast<Nanos>(g_) : 0; }
   double ns_per_tick() const { return g_; }  // 0 when unknown
   // The bounds as they stood when the estimate became final (a snap): no slope is taken
   // after it.

@@ -159,12 +159,8 @@ class UplinkRegulator {
   bool tick_estimated() const {
     return delay_.tick().quality() == TickEstimator::Quality::kEstimated;
   }
-  // The phone's tick for its other flows once snapped to a clock phones use (a hint from
-  // the handshake or the echoes, or the estimate); 0 = not yet.
-  Nanos measured_tick() const {
-    const TickEstimator& t = delay_.tick();
-    return t.known() && t.snapped() ? static_cast<Nanos>(t.ns_per_tick()) : 0;
-  }
+  // The phone's tick for its other flows (TickEstimator::shareable); 0 = not yet.
+  Nanos measured_tick() const { return delay_.tick().shareable(); }
   // Another flow of the phone measured its tick (TickEstimator::on_sibling).
   void sibling_tick(Nanos g) { delay_.on_sibling_tick(g); }
   std::optional<Nanos> t_buff() const { return last_.t_buff; }
