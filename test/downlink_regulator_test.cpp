@@ -184,6 +184,62 @@ TEST(DownlinkQueueRegulator, MoreOutThanItsSlotsStillGivesTheRoundTrip) {
   EXPECT_GT(reg.rtt_now(), 0);
 }
 
+// A download that opens while the phone's upload fills a slow link's uplink buffer (2G: 100
+// kbit/s both ways, 200 ms base round trip): every ACK waits 700 ms behind the upload's data,
+// so the first one reaches the gateway when the initial window (16 KB, the engine's floor,
+// 1.3 s of the link's service) already sits in the downlink buffer, and the round trip the
+// control interval is sized on is 0.9 s. The server sends whatever the window allows (up to
+// the phone's own 1 MB). Before, the step at that first ACK doubled the clamp to twice what
+// was out and the first rate sample waited a whole interval (here: STARTUP left 1.16 s after
+// the first ACK, 41 KB out; in the lab 0.9 s after it with 30-39 KB out, up to 3 s of the
+// link's service, and the right edge there: EXPERIMENTS Q30). Hypothesis: the first step lets the
+// server grow by what the phone acknowledged, not double, and the first sample closes after the
+// base round trip and four segments, at the ACK that completes it. Killed if the regulator leaves
+// STARTUP later than 1 s after the first ACK or more than 30 KB is ever out (2.4 s of the
+// link).
+TEST(DownlinkQueueRegulator, ADownloadOpeningBehindAnUploadStartsFromWhatTheLinkCarries) {
+  DownlinkQueueRegulator reg;
+  const DownlinkQueueParams p;
+  const Nanos path = 100 * kMilli, server = 2 * kMilli, service = 116 * kMilli;
+  const Nanos uplink_wait = 700 * kMilli;
+  reg.sibling_tick(kMilli);  // the phone's upload measured its clock (the handshake waited)
+  TcpSegment ack = open_flow(reg, p, server, path);
+  const Nanos t0 = server / 2 + 2 * path + server;
+  uint32_t seq = 7001, edge = 7001 + startup_floor_bytes(p.initial_window_bytes);
+  Nanos link_free = t0 + path, first_ack = 0, left_startup = 0;
+  uint32_t most_out = 0;
+  std::vector<std::tuple<Nanos, uint32_t, Nanos>> acks;  // (at the gateway, ACK, at the phone)
+  auto send_to_edge = [&](Nanos t) {
+    for (; !seq_gt(seq + 1448, edge); seq += 1448) {
+      reg.on_downlink_segment(t, server_data(seq, t, ack.tsval), p);
+      link_free = std::max(link_free, t + path) + service;
+      if (((seq - 7001) / 1448) % 2 == 1) {  // delayed ACKs: every second segment
+        acks.emplace_back(link_free + path + uplink_wait, seq + 1448, link_free);
+      }
+    }
+  };
+  send_to_edge(t0);
+  for (size_t next = 0; next < acks.size() && std::get<0>(acks[next]) < 6 * kSecond; ++next) {
+    const auto [at, a, at_phone] = acks[next];
+    if (first_ack == 0) first_ack = at;
+    ack.ack = a;
+    ack.tsval = phone_ts(at_phone);
+    reg.on_uplink_segment(at, ack, p);
+    const WindowDecision d = reg.target_window(at, p);
+    if (left_startup == 0 && reg.state() != DownlinkState::kStartup) left_startup = at;
+    const uint32_t w = std::min<uint32_t>(d.window, 1u << 20);  // the phone's own: 1 MB
+    if (seq_gt(a + w, edge)) edge = a + w;                      // never pulled back
+    most_out = std::max(most_out, edge - a);
+    send_to_edge(at + server);
+  }
+  std::printf(
+      "2G behind an upload: left STARTUP %.2f s after the first ACK; at most %u bytes out\n",
+      static_cast<double>(left_startup - first_ack) / 1e9, most_out);
+  ASSERT_GT(left_startup, 0);
+  EXPECT_LE(left_startup - first_ack, kSecond);
+  EXPECT_LE(most_out, 30u * 1024u);
+}
+
 // A download the gateway's pacer (pacer.h) holds: the regulator times each segment from when
 // it leaves, so the hold is not read as downlink queue. Scripted: a server sending 1448-byte
 // segments every 7 ms, the phone 20 ms from the gateway each way with no queue, ACKing every

@@ -291,6 +291,9 @@ void DownlinkQueueRegulator::count_acked(Nanos now, uint32_t ack, int64_t ticks,
     }
   }
   last_ack_ticks_ = ticks;
+  if (state_ == DownlinkState::kStartup && first_sample_due(now, interval(p), base_rtt(now, p))) {
+    next_step_ = std::min(next_step_, now);
+  }
 }
 
 void DownlinkQueueRegulator::add_rtt(Nanos now, Nanos rtt_no_queue, const DownlinkQueueParams& p) {
@@ -338,7 +341,7 @@ uint32_t DownlinkQueueRegulator::window() const {
 
 uint32_t DownlinkQueueRegulator::startup_window(const DownlinkQueueParams& p) const {
   const double base = startup_floor_bytes(p.initial_window_bytes);
-  return window_bytes(std::max(base, startup_inflight_ * p.startup_growth));
+  return window_bytes(std::max(base, startup_clamp_));
 }
 
 bool DownlinkQueueRegulator::step(Nanos now, const DownlinkQueueParams& p) {
@@ -352,10 +355,18 @@ bool DownlinkQueueRegulator::step(Nanos now, const DownlinkQueueParams& p) {
   last_ = s;
   next_step_ = now + s.interval;
   if (state_ == DownlinkState::kStartup) {
-    // In flight less the flow's own downlink queue: a clamp sized on what is out grows with
-    // the queue it lets in (the uplink regulator's startup, EXPERIMENTS Q24).
+    // startup_growth times what is out, less the flow's own downlink queue (a clamp sized on
+    // what is out grows with the queue it lets in: the uplink regulator's startup, EXPERIMENTS
+    // Q24). At the first step, what is out plus startup_growth times what the phone has
+    // acknowledged: slow start grows by what is acknowledged, and the first step comes with
+    // the first ACK, which behind an upload on a slow link waited while the initial window
+    // sat in the downlink buffer (2G: 0.7 s, the window 1.2 s of the link's service); doubling
+    // what was out there let in twice the initial window before the first sample (Q30).
+    // A round trip apart the two are the same (what is out doubles in slow start).
     const double own = s.q_down ? s.rate * seconds(*s.q_down) : 0.0;
-    startup_inflight_ = std::max(0.0, s.in_flight - own);
+    const double out = std::max(0.0, s.in_flight - own);
+    startup_clamp_ = startup_clamp_ > 0 ? p.startup_growth * out
+                                        : out + p.startup_growth * static_cast<double>(acked_);
   }
   if (s.ready) {
     switch (state_) {
@@ -379,16 +390,24 @@ bool DownlinkQueueRegulator::step(Nanos now, const DownlinkQueueParams& p) {
   return s.ready;
 }
 
+// The base round trip: the path less both queues, plus the server half.
+std::optional<Nanos> DownlinkQueueRegulator::base_rtt(Nanos now,
+                                                      const DownlinkQueueParams& p) const {
+  const auto ph = path_min_.get(now, p.horizon);
+  if (!ph) return std::nullopt;
+  const auto sh = server_half_min_.get(now, p.horizon);
+  return ph->value + (sh ? sh->value : 0);
+}
+
 // The step's signals, from the estimators as they stand at `now` (the header lists them).
 DownlinkQueueRegulator::Signals DownlinkQueueRegulator::measure(Nanos now,
                                                                 const DownlinkQueueParams& p) {
   Signals s;
   s.rtt_now = last_.rtt_now;
   s.rate_now = last_.rate_now;
-  const auto ph = path_min_.get(now, p.horizon);
   const auto sh = server_half_min_.get(now, p.horizon);
   s.server_half = sh ? sh->value : 0;
-  if (ph) s.rtt_min = ph->value + s.server_half;
+  s.rtt_min = base_rtt(now, p);
   s.threshold = threshold_for(s.rtt_min, 0, p);
   s.q_down = queue_now(now, p);
   if (up_delay_.ready()) s.q_up = up_delay_.filtered(now, p.filter);
@@ -437,7 +456,7 @@ void DownlinkQueueRegulator::measure_rate(Nanos now, Signals& s, const DownlinkQ
   if (rate_sample_.open && g > 0) {
     const double span = static_cast<double>(last_ack_ticks_ - rate_sample_.start_ticks) * g;
     const double min_span = std::max(static_cast<double>(s.interval), kRateTicks * g);
-    if (span >= min_span) {
+    if (span >= min_span || first_sample_due(now, s.interval, s.rtt_min)) {
       const double bytes = static_cast<double>(acked_ - rate_sample_.start_bytes);
       s.rate_now = bytes * static_cast<double>(kSecond) / span;
       rate_max_.update(now, std::llround(s.rate_now), rate_window(s.interval));
@@ -452,6 +471,24 @@ void DownlinkQueueRegulator::measure_rate(Nanos now, Signals& s, const DownlinkQ
   const auto m = rate_max_.get(now, rate_window(s.interval));
   s.rate = m ? static_cast<double>(m->value) : 0.0;
   check_fall(now, s, fresh, p);
+}
+
+// The flow's first rate sample (no rate known) may close before it spans an interval: after
+// the path's round trip without either queue (rtt_min) and kFirstRateSegments segments. The
+// interval is the round trip with the ACKs' uplink wait in it, which behind an upload is most
+// of a second on a slow link (2G: 0.9 s), and the flow's first step past STARTUP waits for
+// this sample; count_acked() brings the step forward to the ACK that closes it (EXPERIMENTS
+// Q30).
+bool DownlinkQueueRegulator::first_sample_due(Nanos now, Nanos interval,
+                                              std::optional<Nanos> rtt_min) const {
+  const double g = ns_per_tick();
+  if (!rtt_min || !rate_sample_.open || g <= 0 || rate_max_.get(now, rate_window(interval))) {
+    return false;
+  }
+  const double span = static_cast<double>(last_ack_ticks_ - rate_sample_.start_ticks) * g;
+  const double bytes = static_cast<double>(acked_ - rate_sample_.start_bytes);
+  return span >= std::max(static_cast<double>(*rtt_min), kRateTicks * g) &&
+         bytes >= kFirstRateSegments * static_cast<double>(mss_);
 }
 
 // While q_down > T the downlink is busy: what it delivers is its capacity. Two fresh samples
@@ -519,12 +556,18 @@ Nanos DownlinkQueueRegulator::spacing(const DownlinkQueueParams& p) const {
 // ---------------------------------------------------------------------------------------
 // STARTUP: the first window is what the server has in flight.
 
+// More in flight than startup_growth times the delivered rate over the round trip (and T) is
+// more than slow start's doubling explains: the link is full and the rest is queue, already
+// there by Little's law while q_down, read from the ACKs behind it, does not show it yet (2G
+// behind an upload: 30 KB out at 12.5 KB/s over a 0.7 s round trip, q_down none: Q30).
 void DownlinkQueueRegulator::startup(Nanos now, const Signals& s, const DownlinkQueueParams& p) {
   clamping_ = true;
   evidence_since_ = now;
   const double in_flight =
       s.in_flight > 0 ? s.in_flight : s.rate * (seconds(s.rtt_now) + seconds(*s.q_down));
-  if (s.q() > s.T()) {
+  const double bdp = s.rate * (seconds(std::max(*s.rtt, s.rtt_now)) + seconds(s.threshold));
+  const bool overfull = in_flight > p.startup_growth * bdp;
+  if (s.q() > s.T() || overfull) {
     window_ = std::max(in_flight, min_window());
     enter_fast(s, p);
   } else {

@@ -78,8 +78,14 @@
 //   (9) DRAIN -> FAST        the link fell during the drain
 //
 // STARTUP  max(initial_window_bytes, startup_growth * in flight), in flight less the flow's
-//          own downlink queue (rate * q_down): never holds a sender in slow start back, but
-//          keeps the right edge (never pulled back) within reach. The engine holds the flow
+//          own downlink queue (rate * q_down); at the first step (the first ACK) in flight +
+//          startup_growth * bytes acknowledged (slow start grows by what is acknowledged):
+//          never holds a sender in slow start back, but keeps the right edge (never pulled
+//          back) within reach. The first rate sample
+//          needs rtt_min and kFirstRateSegments, not the interval (which holds the ACKs'
+//          uplink wait), and the ACK that closes it brings the step forward. With the
+//          signals, more in flight than startup_growth * rate * (rtt + T) is queue by Little's
+//          law: FAST, as for q_down > T (which shows it an ACK later). The engine holds the flow
 //          to the floor from its handshake on. No clamp on a bulk upload (the engine's
 //          `release`: the phone has sent more than kStartupHoldOtherWay and the server at
 //          most that, regulator.h; an upload after a few bytes from the server, e.g. TLS:
@@ -203,6 +209,7 @@ class DownlinkQueueRegulator {
   static constexpr Nanos kMinSlotSpacing = 1 * kMilli;  // echo / queue sample slots
   static constexpr int kSlotsPerRtt = 6;
   static constexpr int kRateTicks = 10;          // a rate sample spans >= this many ticks
+  static constexpr int kFirstRateSegments = 4;   // the first one: and this many MSS acked
   static constexpr Nanos kAckGap = 30 * kMilli;  // an ACK gap above max(this, I): outage
   static constexpr int kDrainSegments = 4;       // DRAIN: W >= this many MSS
 
@@ -336,6 +343,8 @@ class DownlinkQueueRegulator {
   bool step(Nanos now, const DownlinkQueueParams& p);
   Signals measure(Nanos now, const DownlinkQueueParams& p);
   void measure_rate(Nanos now, Signals& s, const DownlinkQueueParams& p);
+  bool first_sample_due(Nanos now, Nanos interval, std::optional<Nanos> rtt_min) const;
+  std::optional<Nanos> base_rtt(Nanos now, const DownlinkQueueParams& p) const;
   void check_fall(Nanos now, Signals& s, bool fresh, const DownlinkQueueParams& p);
   Nanos threshold_for(std::optional<Nanos> rtt_min, double rate,
                       const DownlinkQueueParams& p) const;
@@ -405,8 +414,8 @@ class DownlinkQueueRegulator {
   Readings last_;
 
   // Control state.
-  double window_ = 0;  // W, bytes (valid when clamping_)
-  double startup_inflight_ = 0;
+  double window_ = 0;         // W, bytes (valid when clamping_)
+  double startup_clamp_ = 0;  // STARTUP: the clamp the last step set (bytes)
   Nanos next_step_ = 0;
   Nanos last_step_at_ = 0;
   DownlinkState state_ = DownlinkState::kStartup;
