@@ -291,7 +291,7 @@ void DownlinkQueueRegulator::count_acked(Nanos now, uint32_t ack, int64_t ticks,
     }
   }
   last_ack_ticks_ = ticks;
-  if (state_ == DownlinkState::kStartup && first_sample_due(now, interval(p), base_rtt(now, p))) {
+  if (state_ == DownlinkState::kStartup && first_sample_due(now, last_, interval(p))) {
     next_step_ = std::min(next_step_, now);
   }
 }
@@ -357,16 +357,17 @@ bool DownlinkQueueRegulator::step(Nanos now, const DownlinkQueueParams& p) {
   if (state_ == DownlinkState::kStartup) {
     // startup_growth times what is out, less the flow's own downlink queue (a clamp sized on
     // what is out grows with the queue it lets in: the uplink regulator's startup, EXPERIMENTS
-    // Q24). At the first step, what is out plus startup_growth times what the phone has
-    // acknowledged: slow start grows by what is acknowledged, and the first step comes with
-    // the first ACK, which behind an upload on a slow link waited while the initial window
-    // sat in the downlink buffer (2G: 0.7 s, the window 1.2 s of the link's service); doubling
-    // what was out there let in twice the initial window before the first sample (Q30).
-    // A round trip apart the two are the same (what is out doubles in slow start).
+    // Q24). At the first step of a flow whose ACKs come late, what is out plus startup_growth
+    // times what the phone has acknowledged: slow start grows by what is acknowledged, and
+    // that first ACK waited while the initial window sat in the downlink buffer (2G behind an
+    // upload: 0.7 s, the window 1.3 s of the link's service); doubling what was out there let
+    // in twice the initial window before the first sample (Q30). A round trip apart the two
+    // are the same (what is out doubles in slow start).
     const double own = s.q_down ? s.rate * seconds(*s.q_down) : 0.0;
     const double out = std::max(0.0, s.in_flight - own);
-    startup_clamp_ = startup_clamp_ > 0 ? p.startup_growth * out
-                                        : out + p.startup_growth * static_cast<double>(acked_);
+    startup_clamp_ = startup_clamp_ > 0 || !acks_late(s)
+                         ? p.startup_growth * out
+                         : out + p.startup_growth * static_cast<double>(acked_);
   }
   if (s.ready) {
     switch (state_) {
@@ -390,24 +391,16 @@ bool DownlinkQueueRegulator::step(Nanos now, const DownlinkQueueParams& p) {
   return s.ready;
 }
 
-// The base round trip: the path less both queues, plus the server half.
-std::optional<Nanos> DownlinkQueueRegulator::base_rtt(Nanos now,
-                                                      const DownlinkQueueParams& p) const {
-  const auto ph = path_min_.get(now, p.horizon);
-  if (!ph) return std::nullopt;
-  const auto sh = server_half_min_.get(now, p.horizon);
-  return ph->value + (sh ? sh->value : 0);
-}
-
 // The step's signals, from the estimators as they stand at `now` (the header lists them).
 DownlinkQueueRegulator::Signals DownlinkQueueRegulator::measure(Nanos now,
                                                                 const DownlinkQueueParams& p) {
   Signals s;
   s.rtt_now = last_.rtt_now;
   s.rate_now = last_.rate_now;
+  const auto ph = path_min_.get(now, p.horizon);
   const auto sh = server_half_min_.get(now, p.horizon);
   s.server_half = sh ? sh->value : 0;
-  s.rtt_min = base_rtt(now, p);
+  if (ph) s.rtt_min = ph->value + s.server_half;
   s.threshold = threshold_for(s.rtt_min, 0, p);
   s.q_down = queue_now(now, p);
   if (up_delay_.ready()) s.q_up = up_delay_.filtered(now, p.filter);
@@ -456,7 +449,7 @@ void DownlinkQueueRegulator::measure_rate(Nanos now, Signals& s, const DownlinkQ
   if (rate_sample_.open && g > 0) {
     const double span = static_cast<double>(last_ack_ticks_ - rate_sample_.start_ticks) * g;
     const double min_span = std::max(static_cast<double>(s.interval), kRateTicks * g);
-    if (span >= min_span || first_sample_due(now, s.interval, s.rtt_min)) {
+    if (span >= min_span || first_sample_due(now, s, s.interval)) {
       const double bytes = static_cast<double>(acked_ - rate_sample_.start_bytes);
       s.rate_now = bytes * static_cast<double>(kSecond) / span;
       rate_max_.update(now, std::llround(s.rate_now), rate_window(s.interval));
@@ -473,21 +466,31 @@ void DownlinkQueueRegulator::measure_rate(Nanos now, Signals& s, const DownlinkQ
   check_fall(now, s, fresh, p);
 }
 
-// The flow's first rate sample (no rate known) may close before it spans an interval: after
-// the path's round trip without either queue (rtt_min) and kFirstRateSegments segments. The
-// interval is the round trip with the ACKs' uplink wait in it, which behind an upload is most
-// of a second on a slow link (2G: 0.9 s), and the flow's first step past STARTUP waits for
-// this sample; count_acked() brings the step forward to the ACK that closes it (EXPERIMENTS
-// Q30).
-bool DownlinkQueueRegulator::first_sample_due(Nanos now, Nanos interval,
-                                              std::optional<Nanos> rtt_min) const {
+// A flow whose ACKs come late: its round trip (without its own downlink queue) is over twice
+// the base one, so the ACKs wait in the uplink buffer behind an upload (or the first data
+// waited for a slow link's service). Its control interval is then mostly that wait, and its
+// first ACK reaches the gateway when its initial window has already been in the downlink
+// buffer for as long: the startup's three exceptions below hold only for such a flow. (Taken
+// for every flow, the first sample's early close alone cost LTE's download 4-6 points of its
+// rate in its first two seconds in the simulator: a first step out of slow start earlier
+// means SLOW's 25 % per round trip from a smaller window; EXPERIMENTS Q30.)
+bool DownlinkQueueRegulator::acks_late(const Readings& r) {
+  return r.rtt && r.rtt_min && *r.rtt > 2 * *r.rtt_min;
+}
+
+// A late-ACK flow's first rate sample (no rate known) may close before it spans an interval:
+// after the base round trip (rtt_min) and kFirstRateSegments segments. Behind an upload the
+// interval is most of a second on a slow link (2G: 0.9 s), and the flow's first step past
+// STARTUP waits for this sample; count_acked() brings the step forward to the ACK that closes
+// it (EXPERIMENTS Q30).
+bool DownlinkQueueRegulator::first_sample_due(Nanos now, const Readings& r, Nanos interval) const {
   const double g = ns_per_tick();
-  if (!rtt_min || !rate_sample_.open || g <= 0 || rate_max_.get(now, rate_window(interval))) {
+  if (!acks_late(r) || !rate_sample_.open || g <= 0 || rate_max_.get(now, rate_window(interval))) {
     return false;
   }
   const double span = static_cast<double>(last_ack_ticks_ - rate_sample_.start_ticks) * g;
   const double bytes = static_cast<double>(acked_ - rate_sample_.start_bytes);
-  return span >= std::max(static_cast<double>(*rtt_min), kRateTicks * g) &&
+  return span >= std::max(static_cast<double>(*r.rtt_min), kRateTicks * g) &&
          bytes >= kFirstRateSegments * static_cast<double>(mss_);
 }
 
@@ -556,17 +559,18 @@ Nanos DownlinkQueueRegulator::spacing(const DownlinkQueueParams& p) const {
 // ---------------------------------------------------------------------------------------
 // STARTUP: the first window is what the server has in flight.
 
-// More in flight than startup_growth times the delivered rate over the round trip (and T) is
-// more than slow start's doubling explains: the link is full and the rest is queue, already
-// there by Little's law while q_down, read from the ACKs behind it, does not show it yet (2G
-// behind an upload: 30 KB out at 12.5 KB/s over a 0.7 s round trip, q_down none: Q30).
+// A flow whose ACKs come late with more in flight than startup_growth times the delivered rate
+// over the round trip (and T): more than slow start's doubling explains, so the link is full
+// and the rest is queue, already there by Little's law while q_down, read from the ACKs behind
+// it, does not show it yet (2G behind an upload: 30 KB out at 12.5 KB/s over a 0.7 s round
+// trip, q_down none: Q30).
 void DownlinkQueueRegulator::startup(Nanos now, const Signals& s, const DownlinkQueueParams& p) {
   clamping_ = true;
   evidence_since_ = now;
   const double in_flight =
       s.in_flight > 0 ? s.in_flight : s.rate * (seconds(s.rtt_now) + seconds(*s.q_down));
   const double bdp = s.rate * (seconds(std::max(*s.rtt, s.rtt_now)) + seconds(s.threshold));
-  const bool overfull = in_flight > p.startup_growth * bdp;
+  const bool overfull = acks_late(s) && in_flight > p.startup_growth * bdp;
   if (s.q() > s.T() || overfull) {
     window_ = std::max(in_flight, min_window());
     enter_fast(s, p);

@@ -782,7 +782,9 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
      "per step."},
     {"unused_decay", real_field(&RsfcParams::unused_decay, {0, 1}), "See unused_fraction."},
     {"startup_growth", real_field(&RsfcParams::startup_growth, {1, 100}),
-     "Startup (no estimates yet): the clamp is at least this x what the phone has in flight."},
+     "Startup (no estimates yet): the clamp is at least this x what the phone has in flight "
+     "(the downlink knob's first step for a download whose ACKs come late, its round trip over "
+     "twice the base one: what is in flight plus this x what the phone acknowledged)."},
     {"probe_doublings", uint_field(&RsfcParams::probe_doublings, 0, 10),
      "See probe_step_queue: how many times its cap may double while the buffer stays empty (4: "
      "up to 16x)."},

@@ -78,18 +78,19 @@
 //   (9) DRAIN -> FAST        the link fell during the drain
 //
 // STARTUP  max(initial_window_bytes, startup_growth * in flight), in flight less the flow's
-//          own downlink queue (rate * q_down); at the first step (the first ACK) in flight +
-//          startup_growth * bytes acknowledged (slow start grows by what is acknowledged):
-//          never holds a sender in slow start back, but keeps the right edge (never pulled
-//          back) within reach. The first rate sample
-//          needs rtt_min and kFirstRateSegments, not the interval (which holds the ACKs'
-//          uplink wait), and the ACK that closes it brings the step forward. With the
-//          signals, more in flight than startup_growth * rate * (rtt + T) is queue by Little's
-//          law: FAST, as for q_down > T (which shows it an ACK later). The engine holds the flow
-//          to the floor from its handshake on. No clamp on a bulk upload (the engine's
-//          `release`: the phone has sent more than kStartupHoldOtherWay and the server at
-//          most that, regulator.h; an upload after a few bytes from the server, e.g. TLS:
-//          held, its every segment would be rewritten).
+//          own downlink queue (rate * q_down): never holds a sender in slow start back, but
+//          keeps the right edge (never pulled back) within reach. A flow whose ACKs come late
+//          (round trip over twice the base: behind an upload) differs in three places: its
+//          first step, at its first ACK, allows in flight + startup_growth * bytes
+//          acknowledged (slow start grows by what is acknowledged); its first rate sample
+//          needs rtt_min and kFirstRateSegments, not the interval (which is mostly the ACKs'
+//          wait), and the ACK that closes it brings the step forward; and more in flight than
+//          startup_growth * rate * (rtt + T) is queue by Little's law: FAST, as for q_down > T
+//          (which shows it an ACK later). The engine holds the flow to the floor from its
+//          handshake on. No
+//          clamp on a bulk upload (the engine's `release`: the phone has sent more than
+//          kStartupHoldOtherWay and the server at most that, regulator.h; an upload after a
+//          few bytes from the server, e.g. TLS: held, its every segment would be rewritten).
 // SLOW     the queue is short (q_down < probe_below * T, or one packet): probe, W grows by
 //          growth_per_rtt of itself, by at most probe_step_queue * T of queue (doubling while
 //          it stays short); the next probe waits until this one can show in q_down (a round
@@ -343,8 +344,8 @@ class DownlinkQueueRegulator {
   bool step(Nanos now, const DownlinkQueueParams& p);
   Signals measure(Nanos now, const DownlinkQueueParams& p);
   void measure_rate(Nanos now, Signals& s, const DownlinkQueueParams& p);
-  bool first_sample_due(Nanos now, Nanos interval, std::optional<Nanos> rtt_min) const;
-  std::optional<Nanos> base_rtt(Nanos now, const DownlinkQueueParams& p) const;
+  static bool acks_late(const Readings& r);
+  bool first_sample_due(Nanos now, const Readings& r, Nanos interval) const;
   void check_fall(Nanos now, Signals& s, bool fresh, const DownlinkQueueParams& p);
   Nanos threshold_for(std::optional<Nanos> rtt_min, double rate,
                       const DownlinkQueueParams& p) const;
