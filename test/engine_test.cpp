@@ -1674,10 +1674,7 @@ TEST(EngineDownlinkRsfc, ANewFlowStartsFromTheTickThePhonesUploadMeasured) {
       first_downlink(run_download(alone, {.duration = d, .handshake_ack_tsval = 1020}));
   ASSERT_TRUE(with_hint && sibling);
   EXPECT_NEAR(sibling->tick_ms, 1.0, 1e-9);
-  // Until its signals exist a flow steps every rtt_min from its first ACK: the two first steps
-  // may fall on neighbouring ACKs (11.6 ms apart here).
-  EXPECT_LE(std::abs(sibling->time - with_hint->time), 15 * kMilli)
-      << "as soon as with the flow's own hint";
+  EXPECT_EQ(sibling->time, with_hint->time) << "as soon as with the flow's own hint";
   ASSERT_TRUE(without.has_value());
   EXPECT_GT(without->time, sibling->time + 500 * kMilli) << "its own estimate takes longer";
 }

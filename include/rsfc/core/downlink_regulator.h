@@ -87,10 +87,10 @@
 //          wait), and the ACK that closes it brings the step forward; and more in flight than
 //          startup_growth * rate * (rtt + T) is queue by Little's law: FAST, as for q_down > T
 //          (which shows it an ACK later). The engine holds the flow to the floor from its
-//          handshake on. No
-//          clamp on a bulk upload (the engine's `release`: the phone has sent more than
-//          kStartupHoldOtherWay and the server at most that, regulator.h; an upload after a
-//          few bytes from the server, e.g. TLS: held, its every segment would be rewritten).
+//          handshake on. No clamp on a bulk upload (the engine's `release`: the phone has sent
+//          more than kStartupHoldOtherWay and the server at most that, regulator.h; an upload
+//          after a few bytes from the server, e.g. TLS: held, its every segment would be
+//          rewritten).
 // SLOW     the queue is short (q_down < probe_below * T, or one packet): probe, W grows by
 //          growth_per_rtt of itself, by at most probe_step_queue * T of queue (doubling while
 //          it stays short); the next probe waits until this one can show in q_down (a round
