@@ -595,7 +595,7 @@ TEST_P(SimDownlinkQueue, StartedMidFlowHoldsTheQueueAsFromTheHandshake) {
   }
 }
 
-// (f) A download's first seconds, alone and next to an rsfc upload, measured from its start.
+// (f) A download's first seconds alone, measured from its start.
 // The startup's exceptions for a flow whose ACKs come late (DownlinkQueueRegulator::acks_late:
 // the first step allows what the phone acknowledged rather than double, the first rate sample
 // closes early, Little's law sends it to FAST) are for a download behind an upload's queue on

@@ -442,7 +442,8 @@ std::optional<Nanos> DownlinkQueueRegulator::queue_now(Nanos now,
 }
 
 // A rate sample once the open one spans at least an interval (and kRateTicks ticks) of the
-// phone's clock; the windowed maximum of the samples; then the fall check.
+// phone's clock, or a late-ACK flow's first one earlier (first_sample_due()); the windowed
+// maximum of the samples; then the fall check.
 void DownlinkQueueRegulator::measure_rate(Nanos now, Signals& s, const DownlinkQueueParams& p) {
   const double g = ns_per_tick();
   bool fresh = false;
@@ -467,13 +468,13 @@ void DownlinkQueueRegulator::measure_rate(Nanos now, Signals& s, const DownlinkQ
 }
 
 // A flow whose ACKs come late: its round trip (without its own downlink queue) is over twice
-// the base one, so the ACKs wait in the uplink buffer behind an upload (or the first data
-// waited for a slow link's service). Its control interval is then mostly that wait, and its
-// first ACK reaches the gateway when its initial window has already been in the downlink
-// buffer for as long: the startup's three exceptions below hold only for such a flow. (Taken
-// for every flow, the first sample's early close alone cost LTE's download 4-6 points of its
-// rate in its first two seconds in the simulator: a first step out of slow start earlier
-// means SLOW's 25 % per round trip from a smaller window; EXPERIMENTS Q30.)
+// the base one, so the ACKs wait in the uplink buffer behind an upload. Its control interval
+// is then mostly that wait, and its first ACK reaches the gateway when its initial window has
+// already been in the downlink buffer for as long: the startup's three exceptions below hold
+// only for such a flow. (Taken for every flow, the first sample's early close alone cost
+// LTE's download 4-6 points of its rate in its first two seconds in the simulator: a first
+// step out of slow start earlier means SLOW's 25 % per round trip from a smaller window;
+// EXPERIMENTS Q30.)
 bool DownlinkQueueRegulator::acks_late(const Readings& r) {
   return r.rtt && r.rtt_min && *r.rtt > 2 * *r.rtt_min;
 }
