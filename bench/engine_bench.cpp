@@ -154,6 +154,126 @@ void BM_Engine_RsfcUploadV4(benchmark::State& s) {
   run(s, Mode::kEngine, Policy::kRsfc, false, true);
 }
 
+// Both knobs steering, as the shipped configuration runs (uplink and downlink rsfc, downlink
+// pacing): traffic both ways, so that the phone's own segments run the per-packet work the
+// cases above never reach (the uplink delay and tick estimators, the phone's shared tick,
+// the downlink regulator's ACK path, the pacer). Even flows are downloads (server data, phone
+// ACKs), odd ones uploads (phone data, server ACKs), four flows per phone address (two of
+// each); one 1448-byte segment per flow per round, in rotation, and the ACK of the flow's
+// previous round with it, so that with `flows` flows an ACK comes `flows` packets of 1 us
+// after its data. Both clocks tick 1 ms. The packets are patched in place (addresses, ports,
+// sequence numbers, timestamps, window): no copy of a data segment per packet, and no
+// checksum (the engine checks none). Counters: the regulators each knob holds.
+class TwoWayTraffic {
+ public:
+  static constexpr uint32_t kSeg = 1448;
+  explicit TwoWayTraffic(Engine& e, uint32_t flows) : flows_(flows), round_(flows, 0) {
+    const auto tpl = [](bool from_phone, size_t payload) {
+      return testpkt::build({.src = from_phone ? "198.18.0.1" : "198.19.0.2",
+                             .dst = from_phone ? "198.19.0.2" : "198.18.0.1",
+                             .sport = 1,
+                             .dport = 1,
+                             .window = 4000,
+                             .timestamps = true,
+                             .payload_len = payload});
+    };
+    data_from_phone_ = tpl(true, kSeg);
+    data_to_phone_ = tpl(false, kSeg);
+    ack_from_phone_ = tpl(true, 0);
+    ack_to_phone_ = tpl(false, 0);
+    for (uint32_t i = 0; i < flows; ++i) {  // the handshakes, wscale 7 both ways
+      for (int k = 0; k < 2; ++k) {
+        const bool syn = k == 0;
+        auto p = testpkt::build(
+            {.src = syn ? phone(i) : "198.19.0.2",
+             .dst = syn ? "198.19.0.2" : phone(i),
+             .sport = syn ? port(i) : uint16_t{443},
+             .dport = syn ? uint16_t{443} : port(i),
+             .seq = syn ? 1u : 100u,
+             .ack = syn ? 0u : 2u,
+             .flags = static_cast<uint8_t>(syn ? tcpflag::kSyn : tcpflag::kSyn | tcpflag::kAck),
+             .window = 65535,
+             .wscale = 7,
+             .timestamps = true,
+             .tsval = 1,
+             .tsecr = syn ? 0u : 1u});
+        e.process(p, 0);
+      }
+    }
+  }
+  // The next packet at `now`.
+  std::span<uint8_t> next(Nanos now) {
+    const uint32_t i = flow_;
+    const bool download = i % 2 == 0;
+    const bool ack = half_;
+    const bool from_phone = download == ack;
+    const uint32_t r = round_[i];
+    std::vector<uint8_t>& b = from_phone ? (ack ? ack_from_phone_ : data_from_phone_)
+                                         : (ack ? ack_to_phone_ : data_to_phone_);
+    // The data of round r starts where the ACK of round r - 1's data ends.
+    const uint32_t sent = r * kSeg;
+    const uint32_t phone_isn = 2, server_isn = 101;
+    const uint32_t seq =
+        from_phone ? phone_isn + (download ? 0 : sent) : server_isn + (download ? sent : 0);
+    const uint32_t acked =
+        from_phone ? server_isn + (download ? sent : 0) : phone_isn + (download ? 0 : sent);
+    const auto ms = static_cast<uint32_t>(now / kMilli);
+    const uint32_t addr = (198u << 24) | (18u << 16) | (i / 4);  // 198.18.x.y, as phone()
+    put32(b, from_phone ? 12 : 16, addr);
+    put32(b, from_phone ? 16 : 12, (198u << 24) | (19u << 16) | 2u);
+    put16(b, from_phone ? 20 : 22, port(i));
+    put16(b, from_phone ? 22 : 20, 443);
+    put32(b, 24, seq);
+    put32(b, 28, acked);
+    put16(b, 34, 4000);                         // the window, as the engine may rewrite it
+    put32(b, 44, ms + (from_phone ? 7 : 100));  // TSval: the sender's 1 ms clock
+    put32(b, 48, ms + (from_phone ? 100 : 7));  // TSecr: about the other's latest
+    if (ack) {
+      ++round_[i];
+      if (++flow_ == flows_) flow_ = 0;
+    }
+    half_ = !half_;
+    return {b.data(), b.size()};
+  }
+
+ private:
+  static std::string phone(uint32_t i) { return phone_addr(i / 4, false); }
+  static uint16_t port(uint32_t i) { return static_cast<uint16_t>(10000 + i % 4); }
+  static void put16(std::vector<uint8_t>& b, size_t at, uint32_t x) {
+    b[at] = static_cast<uint8_t>(x >> 8);
+    b[at + 1] = static_cast<uint8_t>(x);
+  }
+  static void put32(std::vector<uint8_t>& b, size_t at, uint32_t x) {
+    put16(b, at, x >> 16);
+    put16(b, at + 2, x & 0xffff);
+  }
+  uint32_t flows_;
+  std::vector<uint32_t> round_;
+  uint32_t flow_ = 0;
+  bool half_ = false;  // the flow's ACK next (after its data)
+  std::vector<uint8_t> data_from_phone_, data_to_phone_, ack_from_phone_, ack_to_phone_;
+};
+
+void BM_Engine_ShippedTwoWayV4(benchmark::State& state) {
+  const uint32_t flows = static_cast<uint32_t>(state.range(0));
+  EngineParams p = params(Policy::kRsfc);
+  p.downlink.policy = Policy::kRsfc;
+  p.pacing.enabled = true;
+  p.rsfc.threshold_ceiling = 30 * kMilli;  // conf/rsfcd.yaml
+  Engine engine(std::max<uint32_t>(flows, 16), p);
+  TwoWayTraffic traffic(engine, flows);
+  Nanos now = kSecond;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(engine.process(traffic.next(now), now));
+    now += 1000;
+  }
+  state.counters["uplink_regulators"] = static_cast<double>(
+      engine.counters().regulator_pool_used[static_cast<size_t>(Knob::kUplink)].get());
+  state.counters["downlink_regulators"] = static_cast<double>(
+      engine.counters().regulator_pool_used[static_cast<size_t>(Knob::kDownlink)].get());
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+}
+
 // Downlink pacing (DESIGN.md §4b): what a paced flow adds per packet, against the engine's
 // own cost above. A phone ACK (rate sample) and a data segment's release time, per call.
 // The phone's ACKs: 2896 bytes every 4 ms of its 1 ms clock (724 KB/s), arriving as sent.
@@ -203,6 +323,7 @@ BENCHMARK(BM_Engine_StaticRewriteV4)->Arg(1)->Arg(1000)->Arg(100000)->Arg(100000
 BENCHMARK(BM_Engine_StaticRewriteV6)->Arg(1000)->Arg(100000);
 BENCHMARK(BM_Engine_RsfcV4)->Arg(1000)->Arg(100000);
 BENCHMARK(BM_Engine_RsfcUploadV4)->Arg(1000)->Arg(100000);
+BENCHMARK(BM_Engine_ShippedTwoWayV4)->Arg(1000)->Arg(100000);
 BENCHMARK(BM_Pacer_PhoneAck);
 BENCHMARK(BM_Pacer_ReleaseAt);
 
