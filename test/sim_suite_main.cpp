@@ -14,15 +14,20 @@
 // pacing.next_to_upload_only; --no-timestamps: the phone sends none (the uplink knob's lag
 // signal, whose ceiling stays rsfc.tuning.threshold_ceiling_lag_ms).
 //
-// CELL: 2g, 3g, lte (constant links; RUNS seeds) or a trace of lab/traces (e.g.
+// CELL: 2g, 3g, lte (constant links; RUNS seeds), a constant link of one's own,
+// link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_BUFFER_KB:DOWN_BUFFER_KB] (RUNS seeds; base round trip
+// RTT_MS with 10 ms of it on the server's side; buffers by default 4 s of the link's
+// rate, at least 125 KB: deep, as a cellular link's), or a trace of lab/traces (e.g.
 // Verizon-EVDO-driving; RUNS start offsets spread over it, or RUNS seconds from --start on:
 // 1 MB up / 512 KB down buffers, 50 ms base round trip, 38 s with 8 s of warm-up). POLICY:
 // off, 64K, 128K, rsfc (uplink only), shipped (rsfc on both knobs; the default) or paced
 // (shipped with pacing.enabled).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +67,35 @@ int usage() {
                "       [--threshold-ceiling MS] [--uplink-ceiling MS] [--downlink-ceiling MS]\n"
                "       [--download-alone-ceiling MS] [--next-to-upload-only] [--no-timestamps]\n");
   return 2;
+}
+
+// link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_BUFFER_KB:DOWN_BUFFER_KB] without its prefix.
+std::optional<Scenario> parse_link(const std::string& spec) {
+  std::vector<double> v;
+  size_t at = 0;
+  while (at <= spec.size()) {
+    const size_t end = std::min(spec.find(':', at), spec.size());
+    char* stop = nullptr;
+    const std::string field = spec.substr(at, end - at);
+    const double x = std::strtod(field.c_str(), &stop);
+    if (field.empty() || *stop != '\0' || !(x > 0) || !std::isfinite(x)) return std::nullopt;
+    v.push_back(x);
+    at = end + 1;
+  }
+  if (v.size() != 3 && v.size() != 5) return std::nullopt;
+  Scenario s;
+  s.up_bps = v[0] * 1e3;
+  s.down_bps = v[1] * 1e3;
+  const Nanos rtt = static_cast<Nanos>(v[2] * 1e6);
+  s.p2 = 5 * kMilli;  // 10 ms of the round trip on the server's side
+  if (rtt <= 2 * s.p2) return std::nullopt;
+  s.p1 = rtt / 2 - s.p2;
+  const auto deep = [](double bps) {
+    return std::max<uint64_t>(125'000, static_cast<uint64_t>(bps / 8 * 4));
+  };
+  s.up_buffer = v.size() == 5 ? static_cast<uint64_t>(v[3] * 1e3) : deep(s.up_bps);
+  s.down_buffer = v.size() == 5 ? static_cast<uint64_t>(v[4] * 1e3) : deep(s.down_bps);
+  return s;
 }
 
 }  // namespace
@@ -115,7 +149,18 @@ int main(int argc, char** argv) {
     if (policy == p.name) pol = &p;
   }
   if (pol == nullptr) return usage();
-  const bool constant = cell == "2g" || cell == "3g" || cell == "lte";
+  std::optional<Scenario> own;
+  if (cell.rfind("link:", 0) == 0) {
+    own = parse_link(cell.substr(5));
+    if (!own) {
+      std::fprintf(stderr,
+                   "rsfc-simsuite: bad link %s (link:UP_KBPS:DOWN_KBPS:RTT_MS"
+                   "[:UP_BUFFER_KB:DOWN_BUFFER_KB])\n",
+                   cell.c_str());
+      return 2;
+    }
+  }
+  const bool constant = cell == "2g" || cell == "3g" || cell == "lte" || own;
   std::shared_ptr<const CapacityTrace> up, down;
   if (!constant) {
     const std::string dir = std::string(RSFC_SOURCE_DIR) + "/lab/traces/" + cell;
@@ -135,7 +180,8 @@ int main(int argc, char** argv) {
       start = start_s >= 0 ? (start_s + i) * kSecond : suite_trace_offset(*up, *down, i, runs);
     }
     auto scenario = [&](int uploads, int downloads, bool regulated) {
-      Scenario s = cell == "2g"    ? two_g_link()
+      Scenario s = own             ? *own
+                   : cell == "2g"  ? two_g_link()
                    : cell == "3g"  ? three_g_link()
                    : cell == "lte" ? lte_link()
                                    : suite_trace_cell(up, down, start);

@@ -1,0 +1,53 @@
+"""rsfc-simsuite's own constant links (`link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_KB:DOWN_KB]`), the
+cell lab/EXPERIMENTS.md Q32 sweeps links the suite never ran with. A link spelled out with the
+3g cell's values must read as the 3g cell; a spec it cannot take is refused, not guessed.
+Nothing is run as root; the simulator is the build's (RSFC_BUILD_DIR or repo/build)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SIMSUITE = Path(os.environ.get("RSFC_BUILD_DIR", REPO / "build")) / "rsfc-simsuite"
+SHIPPED = ["paced", "--threshold-ceiling", "30", "--download-alone-ceiling", "80",
+           "--next-to-upload-only"]
+MEDIAN = re.compile(r"median: dl\s+([\d.]+) % ul\s+([\d.]+) % p95\s+(\d+) ms"
+                    r" \| alone dl\s+([\d.]+) % p95\s+(\d+) ms")
+
+pytestmark = pytest.mark.skipif(not SIMSUITE.exists(), reason=f"no {SIMSUITE} (build it)")
+
+
+def medians(cell: str) -> tuple[float, ...]:
+    out = subprocess.run([str(SIMSUITE), cell, "1", *SHIPPED], capture_output=True, text=True,
+                         check=True, timeout=300).stdout
+    m = MEDIAN.search(out)
+    assert m, out
+    return tuple(float(x) for x in m.groups())
+
+
+def test_the_3g_cell_spelled_out_reads_as_the_3g_cell():
+    # 3g: 2 Mbit/s up with 1 MB of buffer, 7.2 Mbit/s down with 256 KB, 40 ms base round trip
+    # (the spelled-out link splits it 30 / 10 ms between the phone's and the server's side,
+    # the cell 20 / 20).
+    own = medians("link:2000:7200:40:1000:256")
+    cell = medians("3g")
+    for mine, theirs in zip(own[:2] + own[3:4], cell[:2] + cell[3:4]):  # percentages
+        assert abs(mine - theirs) <= 1.5, (own, cell)
+    assert abs(own[2] - cell[2]) <= 10, (own, cell)  # p95 under both, ms
+    assert own[0] > 90 and own[1] > 90  # what the 3g cell reads: the targets met
+
+
+@pytest.mark.parametrize("spec", ["link:0:7200:40", "link:2000:7200", "link:2000:7200:40:1000",
+                                  "link:a:7200:40", "link:2000:7200:10", "link:2000:7200:40:",
+                                  "link:2000:inf:40", "link:-5:7200:40"])
+def test_a_link_it_cannot_take_is_refused(spec):
+    res = subprocess.run([str(SIMSUITE), spec, "1", *SHIPPED], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2
+    assert "bad link" in res.stderr
+    assert res.stdout == ""
