@@ -335,7 +335,9 @@ class TcpEnd {
     if (now - cwnd_stamp_ >= rto) {
       const double win_used = std::max(used_, 10.0 * kMss);
       if (win_used < cwnd) {
-        ssthresh = std::max(ssthresh < 1e11 ? ssthresh : 0.0, 0.75 * cwnd);
+        // tcp_current_ssthresh(): max(ssthresh, 3/4 cwnd), so a sender still in slow start
+        // (ssthresh infinite) stays in it.
+        ssthresh = std::max(ssthresh, 0.75 * cwnd);
         cwnd = (cwnd + win_used) / 2;
       }
       cwnd_stamp_ = now;
