@@ -258,8 +258,9 @@ void BM_Engine_ShippedTwoWayV4(benchmark::State& state) {
   const uint32_t flows = static_cast<uint32_t>(state.range(0));
   EngineParams p = params(Policy::kRsfc);
   p.downlink.policy = Policy::kRsfc;
-  p.pacing.enabled = true;
-  p.rsfc.threshold_ceiling = 30 * kMilli;  // conf/rsfcd.yaml
+  p.pacing.enabled = true;                 // conf/rsfcd.yaml:
+  p.pacing.next_to_upload_only = true;     //   the download paced while its phone uploads
+  p.rsfc.threshold_ceiling = 30 * kMilli;  //   each knob's auto T at most 30 ms
   Engine engine(std::max<uint32_t>(flows, 16), p);
   TwoWayTraffic traffic(engine, flows);
   Nanos now = kSecond;
