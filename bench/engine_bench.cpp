@@ -31,6 +31,38 @@ std::string phone_addr(uint32_t i, bool v6) {
   return "198.18." + std::to_string((i >> 8) & 0xff) + "." + std::to_string(i & 0xff);
 }
 
+uint16_t flow_port(uint32_t i) {
+  return static_cast<uint16_t>(10000 + i % 4);
+}
+
+// Flow i's handshake fed to `e`: SYN from its phone (phone_addr(i / 4), port flow_port(i)),
+// SYN-ACK from the server, window scale 7 and timestamps both ways.
+void open_flow(Engine& e, uint32_t i, bool v6) {
+  const std::string phone = phone_addr(i / 4, v6);
+  const std::string server = v6 ? "2001:2:0:2::2" : "198.19.0.2";
+  auto syn = testpkt::build({.src = phone,
+                             .dst = server,
+                             .sport = flow_port(i),
+                             .dport = 443,
+                             .seq = 1,
+                             .flags = tcpflag::kSyn,
+                             .window = 64240,
+                             .wscale = 7,
+                             .timestamps = true});
+  auto synack = testpkt::build({.src = server,
+                                .dst = phone,
+                                .sport = 443,
+                                .dport = flow_port(i),
+                                .seq = 100,
+                                .ack = 2,
+                                .flags = tcpflag::kSyn | tcpflag::kAck,
+                                .window = 65535,
+                                .wscale = 7,
+                                .timestamps = true});
+  e.process(syn, 0);
+  e.process(synack, 0);
+}
+
 // `flows` established connections (handshake fed to `e`) and one server ACK per flow. With
 // `upload` each phone has sent a first data segment: the uplink knob steers the flow (under
 // rsfc it takes a regulator, while the pool has one).
@@ -38,32 +70,11 @@ std::vector<std::vector<uint8_t>> make_flows(Engine* e, uint32_t flows, bool v6,
                                              bool upload = false) {
   std::vector<std::vector<uint8_t>> acks;
   const std::string server = v6 ? "2001:2:0:2::2" : "198.19.0.2";
-  Nanos now = 0;
   for (uint32_t i = 0; i < flows; ++i) {
     const std::string phone = phone_addr(i / 4, v6);
-    const uint16_t port = static_cast<uint16_t>(10000 + i % 4);
+    const uint16_t port = flow_port(i);
     if (e) {
-      auto syn = testpkt::build({.src = phone,
-                                 .dst = server,
-                                 .sport = port,
-                                 .dport = 443,
-                                 .seq = 1,
-                                 .flags = tcpflag::kSyn,
-                                 .window = 64240,
-                                 .wscale = 7,
-                                 .timestamps = true});
-      auto synack = testpkt::build({.src = server,
-                                    .dst = phone,
-                                    .sport = 443,
-                                    .dport = port,
-                                    .seq = 100,
-                                    .ack = 2,
-                                    .flags = tcpflag::kSyn | tcpflag::kAck,
-                                    .window = 65535,
-                                    .wscale = 7,
-                                    .timestamps = true});
-      e->process(syn, now);
-      e->process(synack, now);
+      open_flow(*e, i, v6);
       if (upload) {
         auto data = testpkt::build({.src = phone,
                                     .dst = server,
@@ -76,7 +87,7 @@ std::vector<std::vector<uint8_t>> make_flows(Engine* e, uint32_t flows, bool v6,
                                     .tsval = 3,
                                     .tsecr = 1,
                                     .payload_len = 1000});
-        e->process(data, now);
+        e->process(data, 0);
       }
     }
     acks.push_back(testpkt::build({.src = server,
@@ -181,25 +192,7 @@ class TwoWayTraffic {
     data_to_phone_ = tpl(false, kSeg);
     ack_from_phone_ = tpl(true, 0);
     ack_to_phone_ = tpl(false, 0);
-    for (uint32_t i = 0; i < flows; ++i) {  // the handshakes, wscale 7 both ways
-      for (int k = 0; k < 2; ++k) {
-        const bool syn = k == 0;
-        auto p = testpkt::build(
-            {.src = syn ? phone(i) : "198.19.0.2",
-             .dst = syn ? "198.19.0.2" : phone(i),
-             .sport = syn ? port(i) : uint16_t{443},
-             .dport = syn ? uint16_t{443} : port(i),
-             .seq = syn ? 1u : 100u,
-             .ack = syn ? 0u : 2u,
-             .flags = static_cast<uint8_t>(syn ? tcpflag::kSyn : tcpflag::kSyn | tcpflag::kAck),
-             .window = 65535,
-             .wscale = 7,
-             .timestamps = true,
-             .tsval = 1,
-             .tsecr = syn ? 0u : 1u});
-        e.process(p, 0);
-      }
-    }
+    for (uint32_t i = 0; i < flows; ++i) open_flow(e, i, false);
   }
   // The next packet at `now`.
   std::span<uint8_t> next(Nanos now) {
@@ -210,18 +203,18 @@ class TwoWayTraffic {
     const uint32_t r = round_[i];
     std::vector<uint8_t>& b = from_phone ? (ack ? ack_from_phone_ : data_from_phone_)
                                          : (ack ? ack_to_phone_ : data_to_phone_);
-    // The data of round r starts where the ACK of round r - 1's data ends.
-    const uint32_t sent = r * kSeg;
-    const uint32_t phone_isn = 2, server_isn = 101;
-    const uint32_t seq =
-        from_phone ? phone_isn + (download ? 0 : sent) : server_isn + (download ? sent : 0);
-    const uint32_t acked =
-        from_phone ? server_isn + (download ? sent : 0) : phone_isn + (download ? 0 : sent);
+    // The data of round r starts where the ACK of round r - 1's data ends; the other side
+    // sends nothing but ACKs.
+    const uint32_t phone_next = 2, server_next = 101;  // ISN + 1 (open_flow)
+    const uint32_t data_at = (download ? server_next : phone_next) + r * kSeg;
+    const uint32_t other = download ? phone_next : server_next;
+    const uint32_t seq = ack ? other : data_at;
+    const uint32_t acked = ack ? data_at : other;
     const auto ms = static_cast<uint32_t>(now / kMilli);
-    const uint32_t addr = (198u << 24) | (18u << 16) | (i / 4);  // 198.18.x.y, as phone()
+    const uint32_t addr = (198u << 24) | (18u << 16) | (i / 4);  // 198.18.x.y: phone_addr(i / 4)
     put32(b, from_phone ? 12 : 16, addr);
     put32(b, from_phone ? 16 : 12, (198u << 24) | (19u << 16) | 2u);
-    put16(b, from_phone ? 20 : 22, port(i));
+    put16(b, from_phone ? 20 : 22, flow_port(i));
     put16(b, from_phone ? 22 : 20, 443);
     put32(b, 24, seq);
     put32(b, 28, acked);
@@ -237,15 +230,12 @@ class TwoWayTraffic {
   }
 
  private:
-  static std::string phone(uint32_t i) { return phone_addr(i / 4, false); }
-  static uint16_t port(uint32_t i) { return static_cast<uint16_t>(10000 + i % 4); }
   static void put16(std::vector<uint8_t>& b, size_t at, uint32_t x) {
-    b[at] = static_cast<uint8_t>(x >> 8);
-    b[at + 1] = static_cast<uint8_t>(x);
+    testpkt::detail::put16(b, at, x);
   }
   static void put32(std::vector<uint8_t>& b, size_t at, uint32_t x) {
     put16(b, at, x >> 16);
-    put16(b, at + 2, x & 0xffff);
+    put16(b, at + 2, x);
   }
   uint32_t flows_;
   std::vector<uint32_t> round_;
