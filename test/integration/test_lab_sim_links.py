@@ -1,25 +1,22 @@
 """rsfc-simsuite's own constant links (`link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_KB:DOWN_KB]`), the
 cell lab/EXPERIMENTS.md Q32 sweeps links the suite never ran with. A link spelled out with the
 3g cell's values must read as the 3g cell; a spec it cannot take is refused, not guessed.
-Nothing is run as root; the simulator is the build's (RSFC_BUILD_DIR or repo/build)."""
+Nothing is run as root; the simulator is the build's (RSFC_BUILD_DIR or repo/build, as
+lab/topo.py finds rsfcd): a missing one fails, as a missing rsfcd does."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
+import topo
 
-REPO = Path(__file__).resolve().parents[2]
-SIMSUITE = Path(os.environ.get("RSFC_BUILD_DIR", REPO / "build")) / "rsfc-simsuite"
+SIMSUITE = topo.rsfcd_binary().parent / "rsfc-simsuite"
 SHIPPED = ["paced", "--threshold-ceiling", "30", "--download-alone-ceiling", "80",
            "--next-to-upload-only"]
 MEDIAN = re.compile(r"median: dl\s+([\d.]+) % ul\s+([\d.]+) % p95\s+(\d+) ms"
                     r" \| alone dl\s+([\d.]+) % p95\s+(\d+) ms")
-
-pytestmark = pytest.mark.skipif(not SIMSUITE.exists(), reason=f"no {SIMSUITE} (build it)")
 
 
 def medians(cell: str) -> tuple[float, ...]:
