@@ -571,6 +571,23 @@ inline Scenario two_g_link() {
   s.p2 = 10 * kMilli;
   return s;
 }
+// A constant link of one's own (rsfc-simsuite's link: cell, EXPERIMENTS Q32): the base round
+// trip with 10 ms of it on the server's side; buffers of 0 bytes take 4 s of the direction's
+// rate, at least 125 KB (deep, as a cellular link's).
+inline Scenario constant_link(double up_bps, double down_bps, Nanos rtt, uint64_t up_buffer = 0,
+                              uint64_t down_buffer = 0) {
+  const auto deep = [](double bps) {
+    return std::max<uint64_t>(125'000, static_cast<uint64_t>(bps / 8 * 4));
+  };
+  Scenario s;
+  s.up_bps = up_bps;
+  s.down_bps = down_bps;
+  s.p2 = 5 * kMilli;
+  s.p1 = rtt / 2 - s.p2;
+  s.up_buffer = up_buffer ? up_buffer : deep(up_bps);
+  s.down_buffer = down_buffer ? down_buffer : deep(down_bps);
+  return s;
+}
 inline Scenario lte_link() {
   Scenario s;
   s.up_bps = 10e6;

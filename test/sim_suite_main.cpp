@@ -83,19 +83,10 @@ std::optional<Scenario> parse_link(const std::string& spec) {
     at = end + 1;
   }
   if (v.size() != 3 && v.size() != 5) return std::nullopt;
-  Scenario s;
-  s.up_bps = v[0] * 1e3;
-  s.down_bps = v[1] * 1e3;
   const Nanos rtt = static_cast<Nanos>(v[2] * 1e6);
-  s.p2 = 5 * kMilli;  // 10 ms of the round trip on the server's side
-  if (rtt <= 2 * s.p2) return std::nullopt;
-  s.p1 = rtt / 2 - s.p2;
-  const auto deep = [](double bps) {
-    return std::max<uint64_t>(125'000, static_cast<uint64_t>(bps / 8 * 4));
-  };
-  s.up_buffer = v.size() == 5 ? static_cast<uint64_t>(v[3] * 1e3) : deep(s.up_bps);
-  s.down_buffer = v.size() == 5 ? static_cast<uint64_t>(v[4] * 1e3) : deep(s.down_bps);
-  return s;
+  if (rtt <= 10 * kMilli) return std::nullopt;  // 10 ms of it are the server's side
+  const auto kb = [&](size_t i) { return v.size() == 5 ? static_cast<uint64_t>(v[i] * 1e3) : 0; };
+  return constant_link(v[0] * 1e3, v[1] * 1e3, rtt, kb(3), kb(4));
 }
 
 }  // namespace

@@ -18,10 +18,7 @@ int main(int argc, char** argv) {
   double up = atof(argv[1]), down = atof(argv[2]), rtt = atof(argv[3]);
   int paced = argc > 4 ? atoi(argv[4]) : 1;
   for (int reg = 0; reg < 2; ++reg) {
-    Scenario s; s.up_bps = up * 1e3; s.down_bps = down * 1e3; s.p2 = 5 * kMilli;
-    s.p1 = static_cast<Nanos>(rtt * 1e6) / 2 - s.p2;
-    s.up_buffer = std::max<uint64_t>(125000, uint64_t(s.up_bps / 8 * 4));
-    s.down_buffer = std::max<uint64_t>(125000, uint64_t(s.down_bps / 8 * 4));
+    Scenario s = constant_link(up * 1e3, down * 1e3, static_cast<Nanos>(rtt * 1e6));
     s.duration = 38 * kSecond; s.warmup = 8 * kSecond; s.uploads = std::getenv("NOUP") ? 0 : 1; s.downloads = 1;
     s.rsfc.threshold_ceiling = 30 * kMilli; s.dlq.threshold_ceiling = 30 * kMilli;
     s.dlq_ceiling_alone = 80 * kMilli;
