@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -80,6 +81,7 @@ class Cell:
     trace: str | None = None        # lab/traces name (trace)
     offset_ms: int = 0
     window: str = ""                # trace: "mean", "poor" or "rich"
+    own: LinkSpec | None = None     # a constant link of one's own (link_cell)
 
     @property
     def engine(self) -> str:
@@ -87,6 +89,8 @@ class Cell:
 
     def spec(self, up: str | None = None, down: str | None = None) -> LinkSpec:
         """The link; a trace cell's with the rotated trace files `up` and `down`."""
+        if self.own is not None:
+            return self.own
         if self.kind != "trace":
             return LINKS[self.link_name]
         return LinkSpec(up=Direction(buffer_bytes=TRACE_UP_BUF, delay_ms=TRACE_RTT_MS / 2,
@@ -125,7 +129,7 @@ class Cell:
         if self.kind == "trace":
             d |= {"trace": self.trace, "offset_s": self.offset_ms / 1000, "window": self.window}
         else:
-            d["link_name"] = self.link_name
+            d["link_name"] = self.link_name or self.name
         return d
 
 
@@ -162,14 +166,43 @@ def all_cells(duration_s: float, warmup_s: float) -> list[Cell]:
     return cells
 
 
+LINK_CELL = "link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_KB:DOWN_KB]"
+
+
+def link_cell(item: str) -> Cell:
+    """A constant link of one's own, as rsfc-simsuite reads it (LINK_CELL): rates in kbit/s,
+    the base round trip in ms (split evenly, half each way), the drop-tail buffers in KB of
+    1000 bytes, by default 4 s of each direction's rate and at least 125 KB (deep, as a
+    cellular link's). The phone sends timestamps; the constant links' targets apply. The
+    cell's name is the item. ValueError for a bad one."""
+    fields = item.split(":")[1:]
+    try:
+        v = [float(x) for x in fields]
+    except ValueError:
+        v = []
+    if len(v) not in (3, 5) or not all(math.isfinite(x) and x > 0 for x in v):
+        raise ValueError(f"bad link cell {item!r}: {LINK_CELL}, every field a positive number")
+    up_bps, down_bps = round(v[0] * 1000), round(v[1] * 1000)
+
+    def buffer(i: int, bps: int) -> int:
+        return round(v[i] * 1000) if len(v) == 5 else max(125_000, bps // 8 * 4)
+    own = LinkSpec.symmetric_rtt(up_bps, buffer(3, up_bps), down_bps, buffer(4, down_bps), v[2])
+    return Cell(item, "constant", own=own)
+
+
 def select_cells(spec: str | None, duration_s: float, warmup_s: float) -> list[Cell]:
     """--cells: names ("3g", "umts@80s"), a trace's prefix ("umts": its offsets), "constant"
-    (3g, lte, 3g-nots, 2g), "traces" or "all" (default). ValueError for an unknown one."""
+    (3g, lte, 3g-nots, 2g), "traces", "all" (default), or a constant link of one's own
+    (link_cell). ValueError for an unknown or bad one."""
     cells = all_cells(duration_s, warmup_s)
     if not spec:
         return cells
     chosen = []
     for item in (x.strip() for x in spec.split(",") if x.strip()):
+        if item.startswith("link:"):
+            own = link_cell(item)
+            chosen += [own] if own not in chosen else []
+            continue
         match = [c for c in cells if item in (c.name, "all") or c.name.startswith(item + "@")
                  or (item == "constant" and c.kind != "trace")
                  or (item == "traces" and c.kind == "trace")]

@@ -93,6 +93,38 @@ def test_cells_are_selected_by_name_prefix_and_group():
         suite.select_cells("3g,4g", D, W)
 
 
+def test_a_link_of_ones_own_is_a_constant_cell():
+    # as rsfc-simsuite reads it: kbit/s, base RTT ms split evenly, buffers 4 s of the rate
+    # (at least 125 KB) unless given in KB
+    [c] = suite.select_cells("link:500:2000:100", D, W)
+    link = c.spec()
+    assert (c.name, c.kind, c.engine, c.timestamps) == ("link:500:2000:100", "constant", "tbf",
+                                                        True)
+    assert (link.up.rate_bps, link.down.rate_bps) == (500_000, 2_000_000)
+    assert (link.up.buffer_bytes, link.down.buffer_bytes) == (250_000, 1_000_000)
+    assert (link.up.delay_ms, link.down.delay_ms, link.base_rtt_ms) == (50, 50, 100)
+    assert suite.link_cell("link:64:64:300").spec().up.buffer_bytes == 125_000
+    # 2g spelled out is the 2g link
+    assert suite.link_cell("link:100:100:200:125:125").spec() == LINKS["2g"]
+    # it mixes with named cells, once each; its targets are the constant links' (no base + 100)
+    assert [x.name for x in suite.select_cells("3g,link:500:2000:100,link:500:2000:100", D, W)
+            ] == ["3g", "link:500:2000:100"]
+    d = c.describe()
+    json.dumps(d)
+    assert d["link_name"] == "link:500:2000:100" and d["base_rtt_ms"] == 100
+    assert [t[:3] for t in suite.targets(d, 800.0)] == [
+        ("dl_pct", ">=", 0.90), ("ul_pct", ">=", 0.90), ("load_p95", "<=", 400.0)]
+
+
+@pytest.mark.parametrize("bad", ["link:", "link:500:2000", "link:500:2000:100:64",
+                                 "link:0:2000:100", "link:500:-2000:100", "link:500:2000:inf",
+                                 "link:500:2000:nan", "link:a:b:c", "link:500:2000:100:64:0",
+                                 "link:500::100", "link:500:2000:100:1:2:3"])
+def test_a_bad_link_cell_is_refused(bad):
+    with pytest.raises(ValueError, match="bad link cell"):
+        suite.select_cells(bad, D, W)
+
+
 # ---- the policies -------------------------------------------------------------------------
 def test_the_suite_policies():
     assert suite.default_policies() == [
@@ -159,6 +191,7 @@ def test_a_bad_static2_is_refused_by_the_daemon(prerequisites, tmp_path):
 
 
 @pytest.mark.parametrize("args,word", [(["--cells", "3g,4g"], "unknown cell"),
+                                       (["--cells", "3g,link:0:1:100"], "bad link cell"),
                                        (["--policies", "off,static2:x"], "static2:x"),
                                        (["--runs", "0"], "--runs"),
                                        (["--upload-lead", "10", "--warmup", "8"],
