@@ -933,5 +933,55 @@ TEST(SimDownlinkPacing, TwoGUnderBothTransfersMeetsTheTarget) {
   EXPECT_GT(median(ul), 0.8);
 }
 
+// (h) Buffers shallower than the bandwidth-delay product: the queue never reaches T, the
+// senders fill the buffer and lose, and under the knobs they must recover as they do
+// without them (the shipped settings: "never make things worse"). While a loss is repaired
+// the cumulative ACK stands still and the receiver's SACKed bytes pile up above it; a right
+// edge of ack + W stopped the sender's recovery once they reached W, and the ACK that filled
+// the hole then opened a window at once: a burst at line rate, a second loss (lab/
+// EXPERIMENTS.md Q34). Engine::with_sacked counts the SACKed bytes out of the target.
+// Hypothesis: a download alone on 20 / 100 Mbit/s at 50 ms with a 200 KB downlink buffer
+// (the BDP is 625 KB) keeps >= 95 % of its unregulated rate (without the allowance: 85-91 %),
+// and an upload next to a download on 1 / 5 Mbit/s at 80 ms with an 8 KB uplink buffer >= 90 %
+// of its rate alone (84-85 %); on every one of three seeds. Killed by either.
+TEST(SimShallowBuffers, LossRecoveryUnderTheKnobsIsTheSendersOwn) {
+  auto shipped = [](Scenario x, bool regulated) {
+    x.duration = 38 * kSecond;
+    x.warmup = 8 * kSecond;
+    x.rsfc.threshold_ceiling = 30 * kMilli;
+    x.rsfc.threshold_floor = std::min(x.rsfc.threshold_floor, x.rsfc.threshold_ceiling);
+    x.dlq.threshold_ceiling = 30 * kMilli;
+    x.dlq.threshold_floor = std::min(x.dlq.threshold_floor, x.dlq.threshold_ceiling);
+    x.dlq_ceiling_alone = 80 * kMilli;
+    if (regulated) {
+      x.uplink = Policy::kRsfc;
+      x.downlink = Policy::kRsfc;
+      x.downlink_queue_regulator = true;
+      x.pacing.enabled = true;
+      x.pacing.next_to_upload_only = true;
+    }
+    return sim::simulate(x);
+  };
+  for (uint32_t seed = 0; seed < 3; ++seed) {
+    Scenario wide = sim::constant_link(20e6, 100e6, 50 * kMilli, 100'000, 200'000);
+    wide.seed = seed;
+    wide.uploads = 0;
+    const Result off = shipped(wide, false), on = shipped(wide, true);
+    EXPECT_GT(off.down_drops, 0u) << "the buffer overflows: the case exists";
+    const double alone = on.download_bps / off.download_bps;
+    Scenario thin = sim::constant_link(1e6, 5e6, 80 * kMilli, 8'000, 16'000);
+    thin.seed = seed;
+    thin.downloads = 0;
+    const Result up0 = shipped(thin, false);
+    thin.downloads = 1;
+    const Result both = shipped(thin, true);
+    const double up = both.upload_bps / up0.upload_bps;
+    std::printf("    seed %u: download alone %.1f %% of off's; upload next to a download %.1f %%\n",
+                seed, 100 * alone, 100 * up);
+    EXPECT_GE(alone, 0.95) << "seed " << seed;
+    EXPECT_GE(up, 0.90) << "seed " << seed;
+  }
+}
+
 }  // namespace
 }  // namespace rsfc

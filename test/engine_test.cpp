@@ -2592,5 +2592,74 @@ TEST(EngineStartupFloor, ATruncatedSynPassesAndItsEdgeIsKept) {
   EXPECT_EQ(e.counters().right_edge_holds[1].get(), 1u);
 }
 
+// --- SACKed bytes are out of the network (Engine::with_sacked) ---------------------------
+
+// A server ACK before any payload of the phone's is held at the 16 KB floor. One that SACKs
+// bytes above its cumulative ACK (a loss of the upload being repaired) gets the floor plus
+// them: the target bounds what is in the network, and SACKed bytes are not.
+uint32_t server_ack_window(Engine& e, uint16_t port,
+                           std::vector<std::pair<uint32_t, uint32_t>> sack, uint32_t acked = 0) {
+  Conn c(e, false, port);
+  c.handshake(7, 7, true);
+  const uint32_t ack = kPhoneIsn + 1 + acked;
+  for (auto& [l, r] : sack) {
+    l += ack;
+    r += ack;
+  }
+  const Sent s = c.from_server({.seq = kServerIsn + 1,
+                                .ack = ack,
+                                .window = 502,
+                                .timestamps = true,
+                                .tsval = 7001,
+                                .tsecr = 101,
+                                .sack = sack});
+  return static_cast<uint32_t>(window_bytes(s.view.window, 7));
+}
+
+TEST(EngineSackAllowance, AnRsfcTargetCountsTheSackedBytesOut) {
+  Engine e(64, floor_params());
+  EXPECT_EQ(server_ack_window(e, 40001, {}), 16384u) << "no SACK: the floor";
+  // One block 4000 bytes above the hole: 16384 + 4000, rounded up to the scale (128).
+  EXPECT_EQ(server_ack_window(e, 40002, {{2000, 6000}}), 20480u);
+  // Two blocks add up; the one straddling the cumulative ACK counts only above it.
+  EXPECT_EQ(server_ack_window(e, 40003, {{3000, 4000}, {5000, 8000}}), 16384u + 4096u);
+  EXPECT_EQ(server_ack_window(e, 40004, {{static_cast<uint32_t>(-1000), 1000}}), 16384u + 1024u);
+  EXPECT_EQ(e.counters().sacked_allowances[0].get(), 3u);
+  // A D-SACK (at or below the cumulative ACK, RFC 2883) says nothing about what is out.
+  EXPECT_EQ(server_ack_window(e, 40005, {{static_cast<uint32_t>(-3000), 0}}), 16384u);
+  // A block whose right edge is not after its left is not a receiver's: no allowance.
+  EXPECT_EQ(server_ack_window(e, 40006, {{2000, 6000}, {9000, 9000}}), 16384u);
+  EXPECT_EQ(e.counters().sacked_allowances[0].get(), 3u);
+  // A block claiming a gigabyte lets only the server's own window through (502 << 7), never
+  // more: the allowance only holds a clamp back.
+  EXPECT_EQ(server_ack_window(e, 40007, {{1000, 1000 + (1u << 30)}}), 502u << 7);
+}
+
+// Only an rsfc knob: a static clamp stands for a receive buffer, which SACKed bytes fill.
+// (Past the SYN-ACK's edge, which a static knob leaves as it came: 65535.)
+TEST(EngineSackAllowance, AStaticClampIgnoresSack) {
+  Engine e(16, static_params(16384));
+  EXPECT_EQ(server_ack_window(e, 40001, {}, 100000), 16384u);
+  EXPECT_EQ(server_ack_window(e, 40002, {{2000, 6000}}, 100000), 16384u);
+  EXPECT_EQ(e.counters().sacked_allowances[0].get(), 0u);
+}
+
+// The downlink knob the same: the phone's ACK SACKing the download's bytes above a hole.
+TEST(EngineSackAllowance, TheDownlinkKnobCountsThePhonesSackedBytesOut) {
+  Engine e(16, floor_params());
+  Conn c(e);
+  c.handshake(7, 7, true);
+  const uint32_t ack = kServerIsn + 1;
+  const Sent s = c.from_phone({.seq = kPhoneIsn + 1,
+                               .ack = ack,
+                               .window = 502,
+                               .timestamps = true,
+                               .tsval = 102,
+                               .tsecr = 7000,
+                               .sack = {{ack + 1448, ack + 1448 * 5}}});
+  EXPECT_EQ(window_bytes(s.view.window, 7), 16384u + 5888u);  // 16384 + 5792, rounded up
+  EXPECT_EQ(e.counters().sacked_allowances[1].get(), 1u);
+}
+
 }  // namespace
 }  // namespace rsfc

@@ -98,6 +98,7 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
   core3.packets[1][static_cast<size_t>(Outcome::kPassed)].add(9);
   core7.packets[0][static_cast<size_t>(Outcome::kRewritten)].add(11);
   core3.windows_rewritten[1].add(2);
+  core7.sacked_allowances[0].add(6);
   core3.parse_errors[static_cast<size_t>(ParseError::kNotTcp)].add(4);
   core3.packets_unknown_direction.add(4 + 6);  // 4 unparsed + 6 not between subscriber/peer
   core3.flows_active.set(42);
@@ -130,6 +131,7 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
            "rsfcd_packets_total{queue=\"3\",direction=\"unknown\",outcome=\"not_subscriber\"} 6",
            "rsfcd_windows_rewritten_total{queue=\"3\",direction=\"from_subscriber\"} 2",
            "rsfcd_windows_rewritten_total{queue=\"3\",direction=\"to_subscriber\"} 0",
+           "rsfcd_sacked_allowances_total{queue=\"7\",direction=\"to_subscriber\"} 6",
            "rsfcd_parse_errors_total{queue=\"3\",reason=\"" + not_tcp + "\"} 4",
            "rsfcd_flows_active{queue=\"3\"} 42",
            "rsfcd_flows_created_total{queue=\"3\"} 50",

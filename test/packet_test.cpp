@@ -699,5 +699,48 @@ TEST(ParseRobustness, RandomBytes) {
   EXPECT_LT(parsed, 200);
 }
 
+// The SACK blocks' edges as sent, and the bytes above the cumulative ACK they say the
+// receiver holds (Engine::with_sacked's allowance).
+TEST(PacketSack, BlocksAreParsedAndSummedAboveTheAck) {
+  // v6_sack above: ack 2000, sack {3000:4000}{5000:6000}.
+  PacketView v;
+  const std::vector<uint8_t> b =
+      hex("60000000 00370640 20010db8 00000000 00000000 00000002 20010db8 00010000"
+          "00000000 00000002 9c4001bb 000003e8 000007d0 d0100200 0ea60000 0101080a"
+          "00000007 00000009 01010512 00000bb8 00000fa0 00001388 00001770 616263");
+  ASSERT_EQ(parse_packet(b, v), ParseError::kNone);
+  ASSERT_EQ(v.opts.sack_blocks, 2);
+  EXPECT_EQ(v.opts.sack_left[0], 3000u);
+  EXPECT_EQ(v.opts.sack_right[0], 4000u);
+  EXPECT_EQ(v.opts.sack_left[1], 5000u);
+  EXPECT_EQ(v.opts.sack_right[1], 6000u);
+  EXPECT_EQ(sacked_above(v.opts, v.ack), 2000u);
+  EXPECT_EQ(sacked_above(v.opts, 3500), 1500u) << "a block straddling the ACK: its upper part";
+  EXPECT_EQ(sacked_above(v.opts, 6000), 0u) << "D-SACKs: nothing above the ACK";
+}
+
+TEST(PacketSack, SequenceWrapAndBogusBlocks) {
+  TcpOptions o;
+  o.sack_blocks = 1;
+  o.sack_left[0] = 0xffffff00u;  // wraps through 0
+  o.sack_right[0] = 0x100u;
+  EXPECT_EQ(sacked_above(o, 0xfffff000u), 0x200u);
+  EXPECT_EQ(sacked_above(o, 0xffffff80u), 0x180u);
+  o.sack_right[0] = o.sack_left[0];  // empty block
+  EXPECT_EQ(sacked_above(o, 0xfffff000u), 0u);
+  o.sack_left[0] = 100;
+  o.sack_right[0] = 100 + (1u << 30) + 1;  // longer than any window
+  EXPECT_EQ(sacked_above(o, 50), 0u);
+  o.sack_right[0] = 100 + (1u << 30);
+  EXPECT_EQ(sacked_above(o, 50), 1u << 30);
+  // One bogus block voids the option; blocks beyond sack_blocks are not read.
+  o.sack_blocks = 2;
+  o.sack_left[1] = 500;
+  o.sack_right[1] = 400;
+  EXPECT_EQ(sacked_above(o, 50), 0u);
+  o.sack_blocks = 0;
+  EXPECT_EQ(sacked_above(o, 50), 0u);
+}
+
 }  // namespace
 }  // namespace rsfc

@@ -796,6 +796,13 @@ class Simulation {
     return static_cast<uint32_t>(std::min<uint64_t>(w, orig));
   }
 
+  // Engine::with_sacked: an rsfc knob's target counts out the bytes the ACK's sender holds
+  // above its cumulative ACK (here the SACK stand-in, Packet::sacked).
+  static uint32_t with_sacked(uint32_t target, const Packet& p) {
+    if (target == kNoClamp) return target;
+    return static_cast<uint32_t>(std::min<uint64_t>(uint64_t{target} + p.sacked, kNoClamp - 1));
+  }
+
   void phone_send(const Packet& p) {
     if (!up_.send(p) && p.seg.payload_len > 0) {
       FlowState& f = *flows_[p.flow];
@@ -851,6 +858,7 @@ class Simulation {
       if (!sc_.downlink_queue_regulator && sc_.downlink == Policy::kStatic) {
         target = sc_.static_window;
       }
+      if (dlq_on) target = with_sacked(target, p);
       p.wnd = clamp(p.wnd, p.seg.ack, target, f.edge_to_server_valid, f.edge_to_server);
       const uint32_t edge = p.seg.ack + p.wnd;
       if (!f.edge_to_server_valid || seq_gt(edge, f.edge_to_server)) f.edge_to_server = edge;
@@ -938,6 +946,7 @@ class Simulation {
         }
       }
       if (sc_.uplink == Policy::kStatic) target = sc_.static_window;
+      if (sc_.uplink == Policy::kRsfc) target = with_sacked(target, p);
       p.wnd = clamp(p.wnd, p.seg.ack, target, f.edge_to_phone_valid, f.edge_to_phone);
       const uint32_t edge = p.seg.ack + p.wnd;
       if (!f.edge_to_phone_valid || seq_gt(edge, f.edge_to_phone)) f.edge_to_phone = edge;

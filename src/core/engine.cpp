@@ -846,7 +846,7 @@ bool Engine::phone_uploads(uint32_t owner, Nanos now) const {
   r.window_in = r.window_out = window_bytes(v.window, scale);
   DecisionRecord rec;
   bool log = false;  // a control step ran: the record goes out with the window this ACK gets
-  const uint64_t target = knob_target(idx, dir, now, v, rec, log);
+  const uint64_t target = with_sacked(knob_target(idx, dir, now, v, rec, log), dir, v);
   if (enforces(knob_params(dir).policy) && target != UINT64_MAX) {
     if (!may_modify(meta)) {  // the kernel gave us part of the packet: never modify
       if (log) emit_decision(rec, v.window, scale);
@@ -871,6 +871,25 @@ bool Engine::phone_uploads(uint32_t owner, Nanos now) const {
       q->on_window_forwarded(edge);
     }
   }
+}
+
+// An rsfc knob's window bounds what its sender has in the network. Bytes the receiver
+// already holds above the cumulative ACK (its SACK blocks) have left the network, and while a
+// loss is repaired the cumulative ACK stands still as they pile up: a right edge of ack +
+// target would stop the sender's recovery once they reach the target, and the ACK that fills
+// the hole would then open a whole window at once, a burst at line rate into the
+// bottleneck's buffer (a second loss where the buffer is shallow: lab/EXPERIMENTS.md Q34).
+// So the target counts them out, as a sender's pipe does (RFC 6675). Only an rsfc knob: a
+// static clamp stands for a receive buffer (Android's tcp_rmem_max), which they fill, and
+// DRWA is the published law. A bogus SACK option counts nothing (sacked_above); one claiming
+// more than the receiver offers only lets its own window through (clamp_window never raises
+// a window).
+inline uint64_t Engine::with_sacked(uint64_t target, Direction dir, const PacketView& v) {
+  if (target == UINT64_MAX || v.opts.sack_blocks == 0 || knob_params(dir).policy != Policy::kRsfc)
+    return target;
+  const uint64_t sacked = sacked_above(v.opts, v.ack);
+  if (sacked > 0) counters_.sacked_allowances[static_cast<size_t>(dir)].add();
+  return target + sacked;
 }
 
 inline const DirectionParams& Engine::knob_params(Direction dir) const {

@@ -350,6 +350,10 @@ void clamp_families(Writer& w, const std::vector<QueueMetricsView>& qs) {
                 &CoreCounters::right_edge_holds);
   per_direction(w, qs, "rsfcd_floor_holds_total", "Clamps limited by min_window_bytes.",
                 &CoreCounters::floor_holds);
+  per_direction(w, qs, "rsfcd_sacked_allowances_total",
+                "rsfc targets raised by the bytes the ACK's sender had SACKed (a loss being "
+                "repaired).",
+                &CoreCounters::sacked_allowances);
 }
 
 void rsfc_state_family(Writer& w, const std::vector<QueueMetricsView>& qs) {

@@ -122,6 +122,11 @@ ParseError parse_tcp_options(const uint8_t* p, size_t len, TcpOptions& o) {
       case 5:  // SACK: 1..4 blocks of 8 bytes (a block-less SACK is malformed)
         if (olen < 10 || (olen - 2) % 8 != 0) return ParseError::kBadTcpOptions;
         o.sack_blocks = static_cast<uint8_t>((olen - 2) / 8);
+        if (o.sack_blocks > o.sack_left.size()) return ParseError::kBadTcpOptions;
+        for (uint8_t b = 0; b < o.sack_blocks; ++b) {
+          o.sack_left[b] = be32(v + 8 * b);
+          o.sack_right[b] = be32(v + 8 * b + 4);
+        }
         break;
       case 8:  // timestamps
         if (olen != 10) return ParseError::kBadTcpOptions;
@@ -251,6 +256,18 @@ ParseError parse_ipv6(const uint8_t* p, size_t n, bool cut, PacketView& out, siz
 }
 
 }  // namespace
+
+uint64_t sacked_above(const TcpOptions& o, uint32_t ack) {
+  constexpr uint32_t kMaxBlock = 1u << 30;  // the largest window a scale allows
+  uint64_t sum = 0;
+  for (uint8_t b = 0; b < o.sack_blocks && b < o.sack_left.size(); ++b) {
+    const uint32_t left = o.sack_left[b], right = o.sack_right[b];
+    if (!seq_gt(right, left) || right - left > kMaxBlock) return 0;
+    if (!seq_gt(right, ack)) continue;  // at or below the cumulative ACK (D-SACK)
+    sum += right - (seq_gt(left, ack) ? left : ack);
+  }
+  return sum;
+}
 
 const char* to_string(ParseError e) {
   switch (e) {

@@ -410,6 +410,7 @@ Summary Replayer::finish() {
   s_.engine_floor_holds = c.floor_holds[0].get() + c.floor_holds[1].get();
   s_.engine_rst_ignored = c.rst_ignored.get();
   s_.engine_downlink_steps_held = c.downlink_steps_held.get();
+  s_.engine_sacked_allowances = c.sacked_allowances[0].get() + c.sacked_allowances[1].get();
   s_.first_time = first_;
   s_.last_time = last_;
   return s_;
@@ -530,7 +531,8 @@ std::string to_json(const Summary& s) {
                               {"right_edge_holds", s.engine_right_edge_holds},
                               {"floor_holds", s.engine_floor_holds},
                               {"rst_ignored", s.engine_rst_ignored},
-                              {"downlink_steps_held", s.engine_downlink_steps_held}}));
+                              {"downlink_steps_held", s.engine_downlink_steps_held},
+                              {"sacked_allowances", s.engine_sacked_allowances}}));
   o.resize(o.size() - 2);  // the last line has no comma
   o += "\n}\n";
   return o;
@@ -611,6 +613,11 @@ std::string to_text(const Summary& s) {
     add("  %llu downlink control steps came due without a delivered rate to step on (the "
         "phone's ACKs further apart than the control interval): each held its window\n",
         static_cast<unsigned long long>(s.engine_downlink_steps_held));
+  }
+  if (s.engine_sacked_allowances > 0) {
+    add("  %llu ACKs SACKed bytes above their cumulative ACK (a loss being repaired): their "
+        "rsfc targets counted those bytes out of the network\n",
+        static_cast<unsigned long long>(s.engine_sacked_allowances));
   }
   const uint64_t not_sub = s.outcomes[static_cast<size_t>(Outcome::kNotSubscriber)];
   if (not_sub > 0) {

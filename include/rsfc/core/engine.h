@@ -153,6 +153,7 @@ class Engine {
   bool rst_acceptable(const Flow& f, const PacketView& v, Direction dir) const;
   // Parts of apply_knob.
   inline const DirectionParams& knob_params(Direction dir) const;
+  inline uint64_t with_sacked(uint64_t target, Direction dir, const PacketView& v);
   inline uint32_t startup_floor() const;
   inline bool holds_from_handshake(Direction dir, bool timestamps) const;
   inline void hold_handshake_window(std::span<uint8_t> pkt, PacketView& v, uint32_t idx,

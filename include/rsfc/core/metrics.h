@@ -78,7 +78,10 @@ struct CoreCounters {
   std::array<Counter, kDirections> windows_rewritten{};
   std::array<Counter, kDirections> right_edge_holds{};  // clamp limited by the right edge
   std::array<Counter, kDirections> floor_holds{};       // clamp limited by min_window_bytes
-  Counter checksum_full;                                // full checksum computed (CSUMNOTREADY)
+  // rsfc targets raised by the bytes the ACK's sender holds above its cumulative ACK (SACK
+  // blocks: a loss being repaired; Engine::with_sacked)
+  std::array<Counter, kDirections> sacked_allowances{};
+  Counter checksum_full;  // full checksum computed (CSUMNOTREADY)
   Counter flows_created, flows_evicted, flows_expired, flows_closed;
   Counter flows_unregulated;  // distinct flows first seen without their handshake
   Counter flows_adopted;      // of those, flows given their window scales by conntrack

@@ -2,6 +2,7 @@
 // lowering the TCP window, with a correct TCP checksum.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 
@@ -47,7 +48,17 @@ struct TcpOptions {
   uint32_t tsval = 0;
   uint32_t tsecr = 0;
   uint8_t unknown_options = 0;  // options of kinds we do not interpret (still valid)
+  // The SACK blocks' edges as sent (left, right; the first sack_blocks of them).
+  std::array<uint32_t, 4> sack_left{}, sack_right{};
 };
+
+// Bytes the sender of `o` says it holds above `ack` (RFC 2018 SACK blocks, RFC 6675's
+// "sacked"): the sum of its blocks' parts above the cumulative ACK. A block at or below `ack`
+// (a D-SACK, RFC 2883) counts nothing; a block with its right edge not after its left, or
+// longer than a window can be (2^30 bytes), makes the whole option count nothing: a receiver
+// never sends one. Blocks are disjoint by RFC 2018; overlapping ones are summed as they come
+// (at most 4 x 2^30), and a user must bound the result by what the receiver offers.
+uint64_t sacked_above(const TcpOptions& o, uint32_t ack);
 
 // Offsets are from the first byte of the IP header (what NFQUEUE hands out).
 struct PacketView {

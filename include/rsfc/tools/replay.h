@@ -124,6 +124,8 @@ struct Summary {
   // Downlink steps that came due without a signal to step on (no delivered rate: the phone's
   // ACKs came further apart than the control interval): the window held where it was.
   uint64_t engine_downlink_steps_held = 0;
+  // rsfc targets raised by the bytes an ACK's sender had SACKed (a loss being repaired).
+  uint64_t engine_sacked_allowances = 0;
   std::optional<std::string> error;  // the capture could not be read to its end
 
   // ACKs rewritten / ACKs seen, over knobs that enforce (static, rsfc, drwa); nullopt if none.
