@@ -883,6 +883,27 @@ TEST(SimDownlinkPacing, ConstantLinksHalveThePhonesLatencyUnderBothTransfers) {
   }
 }
 
+// The suite's window (38 s, 8 s of warm-up) and, when `regulated`, the shipped configuration:
+// rsfc on both knobs, each knob's auto-T ceiling 30 ms next to an upload, the download
+// alone's 80 ms, the pacer next to an upload only.
+Result simulate_shipped(Scenario x, bool regulated) {
+  x.duration = 38 * kSecond;
+  x.warmup = 8 * kSecond;
+  x.rsfc.threshold_ceiling = 30 * kMilli;
+  x.rsfc.threshold_floor = std::min(x.rsfc.threshold_floor, x.rsfc.threshold_ceiling);
+  x.dlq.threshold_ceiling = 30 * kMilli;
+  x.dlq.threshold_floor = std::min(x.dlq.threshold_floor, x.dlq.threshold_ceiling);
+  x.dlq_ceiling_alone = 80 * kMilli;
+  if (regulated) {
+    x.uplink = Policy::kRsfc;
+    x.downlink = Policy::kRsfc;
+    x.downlink_queue_regulator = true;
+    x.pacing.enabled = true;
+    x.pacing.next_to_upload_only = true;
+  }
+  return sim::simulate(x);
+}
+
 // (g) 2G under both transfers with the shipped configuration (both knobs' auto-T ceiling
 // 30 ms, the download alone's 80 ms, the pacer next to an upload only): issue 16's 2G target,
 // the phone's p95 under 1 s with both transfers above 80 % of their rates alone. The
@@ -897,24 +918,10 @@ TEST(SimDownlinkPacing, TwoGUnderBothTransfersMeetsTheTarget) {
   for (uint32_t seed = 0; seed < 3; ++seed) {
     auto with = [&](int uploads, int downloads, bool regulated) {
       Scenario x = sim::two_g_link();
-      x.duration = 38 * kSecond;
-      x.warmup = 8 * kSecond;
       x.seed = seed;
       x.uploads = uploads;
       x.downloads = downloads;
-      x.rsfc.threshold_ceiling = 30 * kMilli;
-      x.rsfc.threshold_floor = std::min(x.rsfc.threshold_floor, x.rsfc.threshold_ceiling);
-      x.dlq.threshold_ceiling = 30 * kMilli;
-      x.dlq.threshold_floor = std::min(x.dlq.threshold_floor, x.dlq.threshold_ceiling);
-      x.dlq_ceiling_alone = 80 * kMilli;
-      if (regulated) {
-        x.uplink = Policy::kRsfc;
-        x.downlink = Policy::kRsfc;
-        x.downlink_queue_regulator = true;
-        x.pacing.enabled = true;
-        x.pacing.next_to_upload_only = true;
-      }
-      return sim::simulate(x);
+      return simulate_shipped(x, regulated);
     };
     const Result down0 = with(0, 1, false), up0 = with(1, 0, false), both = with(1, 1, true);
     p95.push_back(both.ping_p95_ms);
@@ -945,36 +952,19 @@ TEST(SimDownlinkPacing, TwoGUnderBothTransfersMeetsTheTarget) {
 // and an upload next to a download on 1 / 5 Mbit/s at 80 ms with an 8 KB uplink buffer >= 90 %
 // of its rate alone (84-85 %); on every one of three seeds. Killed by either.
 TEST(SimShallowBuffers, LossRecoveryUnderTheKnobsIsTheSendersOwn) {
-  auto shipped = [](Scenario x, bool regulated) {
-    x.duration = 38 * kSecond;
-    x.warmup = 8 * kSecond;
-    x.rsfc.threshold_ceiling = 30 * kMilli;
-    x.rsfc.threshold_floor = std::min(x.rsfc.threshold_floor, x.rsfc.threshold_ceiling);
-    x.dlq.threshold_ceiling = 30 * kMilli;
-    x.dlq.threshold_floor = std::min(x.dlq.threshold_floor, x.dlq.threshold_ceiling);
-    x.dlq_ceiling_alone = 80 * kMilli;
-    if (regulated) {
-      x.uplink = Policy::kRsfc;
-      x.downlink = Policy::kRsfc;
-      x.downlink_queue_regulator = true;
-      x.pacing.enabled = true;
-      x.pacing.next_to_upload_only = true;
-    }
-    return sim::simulate(x);
-  };
   for (uint32_t seed = 0; seed < 3; ++seed) {
     Scenario wide = sim::constant_link(20e6, 100e6, 50 * kMilli, 100'000, 200'000);
     wide.seed = seed;
     wide.uploads = 0;
-    const Result off = shipped(wide, false), on = shipped(wide, true);
+    const Result off = simulate_shipped(wide, false), on = simulate_shipped(wide, true);
     EXPECT_GT(off.down_drops, 0u) << "the buffer overflows: the case exists";
     const double alone = on.download_bps / off.download_bps;
     Scenario thin = sim::constant_link(1e6, 5e6, 80 * kMilli, 8'000, 16'000);
     thin.seed = seed;
     thin.downloads = 0;
-    const Result up0 = shipped(thin, false);
+    const Result up0 = simulate_shipped(thin, false);
     thin.downloads = 1;
-    const Result both = shipped(thin, true);
+    const Result both = simulate_shipped(thin, true);
     const double up = both.upload_bps / up0.upload_bps;
     std::printf("    seed %u: download alone %.1f %% of off's; upload next to a download %.1f %%\n",
                 seed, 100 * alone, 100 * up);
