@@ -115,8 +115,8 @@ def test_full_buffer_adds_buffer_over_rate(prerequisites):
     idle_min = min(r for t, r in res["ping"]["samples"] if t <= 0.9)
     up = res["linkem"][0]
     goodput = flow_mbps(res["flows"]["flow"], 4.0, duration)
-    print(f"idle RTT {idle['p50']:.1f} ms (min {idle_min:.1f}); max RTT {st['max']:.1f} ms, p50 {st['p50']:.1f} ms "
-          f"(base + buffer/rate = {expected:.1f} ms); buffer high-water "
+    print(f"idle RTT {idle['p50']:.1f} ms (min {idle_min:.1f}); max RTT {st['max']:.1f} ms, "
+          f"p50 {st['p50']:.1f} ms (base + buffer/rate = {expected:.1f} ms); buffer high-water "
           f"{up['max_buffer_bytes']} of {buf} B; goodput {goodput:.3f} Mbit/s "
           f"(full rate {rate * 1448 / 1500 / 1e6:.3f})")
     # Idle, the link adds its delay and no more: never early, and its best ping within 3 ms of
