@@ -88,7 +88,8 @@ def rtt_stats(res: dict, a: float, b: float) -> dict:
     ping = res.get("ping") or {}
     rtts = [r for t, r in ping.get("samples", []) if a <= t <= b]
     return {"p50": percentile(rtts, 0.5), "p95": percentile(rtts, 0.95),
-            "max": max(rtts) if rtts else None, "n": len(rtts),
+            "min": min(rtts) if rtts else None, "max": max(rtts) if rtts else None,
+            "n": len(rtts),
             "lost": ping.get("lost"), "sent": ping.get("sent")}
 
 
