@@ -53,6 +53,20 @@ def test_paired_differences_and_ratio(tmp_path):
     assert "starts 5, identical 0" in out
 
 
+def test_min_of_the_two_shares_per_start(tmp_path):
+    # A's download (50 + k %) is under its upload (80 %); B's (80 + k %) is over it: per start
+    # the worse share goes from 50 + k to 80, +30 - k, mean +28 (not the download's +30).
+    a = fake_build(tmp_path / "a", 0.0, 1.0)
+    b = fake_build(tmp_path / "b", 30.0, 1.0)
+    out = subprocess.run(["/usr/bin/python3", str(LAB / "sim_compare.py"), str(a), str(b),
+                          "--cells", "3g", "--runs", "5"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "download % mean  +30.0" in out
+    line = next(x for x in out.splitlines() if x.startswith("  min(dl,ul) mean"))
+    assert line.startswith("  min(dl,ul) mean  +28.0 [")
+    assert line.endswith("up > 2:   5  down > 2:   0")
+
+
 def test_a_build_that_prints_nothing_is_an_error(tmp_path):
     empty = tmp_path / "empty"
     empty.write_text("#!/bin/sh\nexit 0\n")
