@@ -29,6 +29,13 @@ def fake_build(path: Path, shift_dl: float, p95_factor: float) -> Path:
     return path
 
 
+def compare(a: Path, b: Path, cells: str, runs: int) -> str:
+    """sim_compare.py's output for the two stand-in builds."""
+    return subprocess.run(["/usr/bin/python3", str(LAB / "sim_compare.py"), str(a), str(b),
+                           "--cells", cells, "--runs", str(runs)],
+                          capture_output=True, text=True, check=True).stdout
+
+
 def test_parse_takes_the_per_start_lines_not_the_median():
     text = "\n".join([
         LINE.format(cell="3g", start=0, dl=96.5, ul=93.5, p95=135, alone=99.8, ap95=88),
@@ -44,9 +51,7 @@ def test_parse_takes_the_per_start_lines_not_the_median():
 def test_paired_differences_and_ratio(tmp_path):
     a = fake_build(tmp_path / "a", 0.0, 1.0)
     b = fake_build(tmp_path / "b", 5.0, 1.2)
-    out = subprocess.run(["/usr/bin/python3", str(LAB / "sim_compare.py"), str(a), str(b),
-                          "--cells", "lte,Verizon-EVDO-driving", "--runs", "5"],
-                         capture_output=True, text=True, check=True).stdout
+    out = compare(a, b, "lte,Verizon-EVDO-driving", 5)
     assert out.count("download % mean   +5.0 [  +5.0,   +5.0]  up > 2:   5  down > 2:   0") == 2
     assert out.count("upload %   mean   +0.0") == 2
     assert out.count("p95 both   ratio 1.200 [1.200, 1.200]") == 2
@@ -58,9 +63,7 @@ def test_min_of_the_two_shares_per_start(tmp_path):
     # the worse share goes from 50 + k to 80, +30 - k, mean +28 (not the download's +30).
     a = fake_build(tmp_path / "a", 0.0, 1.0)
     b = fake_build(tmp_path / "b", 30.0, 1.0)
-    out = subprocess.run(["/usr/bin/python3", str(LAB / "sim_compare.py"), str(a), str(b),
-                          "--cells", "3g", "--runs", "5"],
-                         capture_output=True, text=True, check=True).stdout
+    out = compare(a, b, "3g", 5)
     assert "download % mean  +30.0" in out
     line = next(x for x in out.splitlines() if x.startswith("  min(dl,ul) mean"))
     assert line.startswith("  min(dl,ul) mean  +28.0 [")
