@@ -5,7 +5,7 @@
 # fixed windows of a grid on the three traces, fifteen starts each, against the shipped
 # configuration. Applies q36-balance-grid.patch (scratch switches read from the environment;
 # not for main) to a scratch worktree at 63ea064 and builds rsfc-simsuite there.
-#   lab/sim-variants/q36.sh [balance|grid]     # about 3 minutes each on two cores
+#   lab/sim-variants/q36.sh [balance|grid]     # a minute or two each on two cores
 set -euo pipefail
 repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 what=${1:-grid}
