@@ -16,7 +16,6 @@ git -C "$wt" apply "$repo/lab/sim-variants/q36-balance-grid.patch"
 cmake -S "$wt" -B "$wt/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$wt/build" --target rsfc-simsuite >/dev/null
 sim="$wt/build/rsfc-simsuite"
-shipped=(paced --threshold-ceiling 30 --download-alone-ceiling 80 --next-to-upload-only)
 if [ "$what" = balance ]; then
   # A: the build as it is; B: the balancer on the download's window (w), its T (t) or the
   # upload's T (u).
@@ -33,6 +32,7 @@ if [ "$what" = balance ]; then
   exit 0
 fi
 cells=(Verizon-EVDO-driving TMobile-UMTS-driving Verizon-LTE-short)
+shipped=(paced --threshold-ceiling 30 --download-alone-ceiling 80 --next-to-upload-only)
 for t in "${cells[@]}"; do
   "$sim" "$t" 15 "${shipped[@]}" > "$wt/shipped-$t.txt"
   for u in 0 8 16 24 32 48 64 96 128 256; do for d in 0 8 16 32 64 128 256; do
