@@ -740,6 +740,34 @@ TEST(SimDownlinkQueueVariable, ALastingFallAfterBurstsIsFollowed) {
   EXPECT_GE(after.down_bps, 0.95 * full / 4);
 }
 
+// A download alone on kOffsets start offsets spread over a trace of lab/traces, as the lab's
+// suite plays it: one scenario and its label per start.
+struct TraceStart {
+  Scenario s;
+  std::string what;
+};
+
+std::vector<TraceStart> download_alone_on_trace(const char* name, int offsets) {
+  const std::string dir = std::string(RSFC_SOURCE_DIR) + "/lab/traces/";
+  const auto up =
+      std::make_shared<sim::CapacityTrace>(sim::CapacityTrace::load(dir + name + ".up"));
+  const auto down =
+      std::make_shared<sim::CapacityTrace>(sim::CapacityTrace::load(dir + name + ".down"));
+  std::vector<TraceStart> out;
+  if (!up->valid() || !down->valid()) return out;
+  for (int i = 0; i < offsets; ++i) {
+    const Nanos start = sim::suite_trace_offset(*up, *down, i, offsets);
+    TraceStart t{sim::suite_trace_cell(up, down, start), {}};
+    t.s.uploads = 0;
+    char what[96];
+    std::snprintf(what, sizeof what, "%s from %lld s", name,
+                  static_cast<long long>(start / kSecond));
+    t.what = what;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 // (d) The download alone on the capacity traces of lab/traces (as the lab's suite plays them:
 // 1 MB up / 512 KB down drop-tail, 50 ms base round trip), five start offsets spread over each
 // trace. EV-DO and UMTS run at 0.05-2 Mbit/s, where the time-based T (20-80 ms) is less than
@@ -752,22 +780,12 @@ TEST(SimDownlinkQueueVariable, ALastingFallAfterBurstsIsFollowed) {
 TEST(SimDownlinkQueueVariable, TracedLinksKeepTheDownloadsRate) {
   constexpr int kOffsets = 5;
   for (const char* name : {"Verizon-EVDO-driving", "TMobile-UMTS-driving", "Verizon-LTE-short"}) {
-    const std::string dir = std::string(RSFC_SOURCE_DIR) + "/lab/traces/";
-    const auto up =
-        std::make_shared<sim::CapacityTrace>(sim::CapacityTrace::load(dir + name + ".up"));
-    const auto down =
-        std::make_shared<sim::CapacityTrace>(sim::CapacityTrace::load(dir + name + ".down"));
-    ASSERT_TRUE(up->valid() && down->valid()) << name;
+    const std::vector<TraceStart> starts = download_alone_on_trace(name, kOffsets);
+    ASSERT_EQ(starts.size(), static_cast<size_t>(kOffsets)) << name;
     std::vector<double> share, p95, off_p95;
-    for (int i = 0; i < kOffsets; ++i) {
-      const Nanos start = sim::suite_trace_offset(*up, *down, i, kOffsets);
-      Scenario s = sim::suite_trace_cell(up, down, start);
-      s.uploads = 0;
-      char what[96];
-      std::snprintf(what, sizeof what, "%s from %lld s", name,
-                    static_cast<long long>(start / kSecond));
-      const PolicyRun off = run(s, Down::kOff, 0, what);
-      const PolicyRun q = run(s, Down::kQueue, 0, what);
+    for (const TraceStart& t : starts) {
+      const PolicyRun off = run(t.s, Down::kOff, 0, t.what.c_str());
+      const PolicyRun q = run(t.s, Down::kQueue, 0, t.what.c_str());
       share.push_back(q.r.download_bps / off.r.download_bps);
       p95.push_back(q.r.ping_p95_ms);
       off_p95.push_back(off.r.ping_p95_ms);
@@ -887,25 +905,15 @@ TEST(SimDownlinkQueueVariable, ASwingWindowKeepsTheNextBurst) {
   }
   constexpr int kOffsets = 5;
   for (const char* name : {"Verizon-EVDO-driving", "TMobile-UMTS-driving", "Verizon-LTE-short"}) {
-    const std::string dir = std::string(RSFC_SOURCE_DIR) + "/lab/traces/";
-    const auto up =
-        std::make_shared<sim::CapacityTrace>(sim::CapacityTrace::load(dir + name + ".up"));
-    const auto down =
-        std::make_shared<sim::CapacityTrace>(sim::CapacityTrace::load(dir + name + ".down"));
-    ASSERT_TRUE(up->valid() && down->valid()) << name;
+    const std::vector<TraceStart> starts = download_alone_on_trace(name, kOffsets);
+    ASSERT_EQ(starts.size(), static_cast<size_t>(kOffsets)) << name;
     std::vector<double> with_window, without_window, p95, off_p95;
-    for (int i = 0; i < kOffsets; ++i) {
-      const Nanos start = sim::suite_trace_offset(*up, *down, i, kOffsets);
-      Scenario s = sim::suite_trace_cell(up, down, start);
-      s.uploads = 0;
-      char what[96];
-      std::snprintf(what, sizeof what, "%s from %lld s", name,
-                    static_cast<long long>(start / kSecond));
-      const PolicyRun off = run(s, Down::kOff, 0, what);
-      const PolicyRun q = run(s, Down::kQueue, 0, what);
-      Scenario none = s;
+    for (const TraceStart& t : starts) {
+      const PolicyRun off = run(t.s, Down::kOff, 0, t.what.c_str());
+      const PolicyRun q = run(t.s, Down::kQueue, 0, t.what.c_str());
+      Scenario none = t.s;
       none.dlq.swing_window_on = false;
-      const PolicyRun q0 = run(none, Down::kQueue, 0, what);
+      const PolicyRun q0 = run(none, Down::kQueue, 0, t.what.c_str());
       with_window.push_back(100 * q.r.download_bps / off.r.download_bps);
       without_window.push_back(100 * q0.r.download_bps / off.r.download_bps);
       p95.push_back(q.r.ping_p95_ms);
