@@ -50,21 +50,6 @@
 //            plus the server half: a phone-half minimum would contain the other queue
 //            whenever the two never empty at the same moment.
 //
-// The swing window: while the service swings (as for T's packet floor), W is never below
-// peak * (rtt_min + T), the law's own target at the link's recent peak, peak the largest rate
-// sample, halving every peak_half_life. A link that serves in bursts between slow spells (the
-// EV-DO, UMTS and LTE traces) sizes the law's W on a rate that a slow spell has just cut, and
-// the next burst finds the buffer empty and is lost; fixed windows of a few tens of KB keep
-// their data through the spell and take the burst (lab/EXPERIMENTS.md Q37, Q38). The law runs
-// on under it (its W, its states, its drains, which the window then holds from emptying the
-// queue): the floor only bounds what the ACK asks for. A fall restarts the peak from the
-// fallen rate, as it restarts the law's rate, so a capacity drop or an outage is followed at
-// once; but once the rate has come back to back_fraction of the peak before a fall within the
-// horizon after it, the link serves in bursts, and for a horizon its falls are slow spells
-// that the peak holds through; one the link does not come back from within that horizon
-// lasts, and the peak restarts then. On a steady link the peak is the law's rate and the floor its
-// own target. A flow adopted mid-flow gets none: its rtt_min holds the old queue.
-//
 // One control step per interval I = clamp(rtt, interval_floor, max_interval), at an ACK:
 //
 //                 |
@@ -212,12 +197,6 @@ struct DownlinkQueueParams {
   double startup_growth = 2.0;            // STARTUP clamp >= this * in flight
   uint32_t initial_window_bytes = 16384;  // STARTUP clamp floor; 0 = 64 KB
   uint32_t min_window_segments = 2;       // W >= this many MSS
-  // While the service swings: W >= peak * (rtt_min + T), peak the rate samples' maximum,
-  // halving every peak_half_life, restarted by a fall unless the rate came back to
-  // back_fraction of the peak after one within the horizon (the header's swing window).
-  bool swing_window_on = true;
-  Nanos peak_half_life = 20 * kSecond;
-  double back_fraction = 0.5;
 };
 
 // The shared constants from the uplink's RsfcParams (same meaning on the other queue).
@@ -293,8 +272,6 @@ class DownlinkQueueRegulator {
   uint32_t drains() const { return drains_; }
   // The packet floor on T is in force: the service swung within the last horizon.
   bool swinging(Nanos now) const { return now < swinging_until_; }
-  // The swing window (the header) as of `now`, bytes; 0 while it does not hold.
-  double swing_window(Nanos now, const DownlinkQueueParams& p) const;
 
  private:
   // The signals a step leaves for the read-outs and the segment handlers (the interval).
@@ -399,10 +376,6 @@ class DownlinkQueueRegulator {
   // A cut holds once the phone acknowledged everything sent under the old right edge.
   bool cut_in_force() const { return seq_ge(ack_high_, cut_edge_); }
   std::optional<Nanos> queue_now(Nanos now, const DownlinkQueueParams& p) const;
-  double peak_at(Nanos now, const DownlinkQueueParams& p) const;
-  void note_peak(Nanos now, const Signals& s, const DownlinkQueueParams& p);
-  void note_fall(Nanos now, double rate, bool hold, const DownlinkQueueParams& p);
-  void restart_peak(Nanos now, double rate);
 
   // Estimators.
   HandshakeTimer handshake_;
@@ -470,12 +443,6 @@ class DownlinkQueueRegulator {
   bool drained_once_ = false;  // a drain has seen the queue empty (min(d) confirmed)
   bool suspect_ = false;       // confirmations may be against a re-learnt min(d)
   Nanos swinging_until_ = 0;   // the packet floor on T holds until then
-  double peak_ = 0;            // the swing window's peak rate (bytes/s) as of peak_at_
-  Nanos peak_at_ = 0;
-  double fall_peak_ = 0;  // the peak when the link last fell (bytes/s), at fall_at_
-  Nanos fall_at_ = 0;
-  Nanos bursty_until_ = 0;  // the link came back from a fall: falls are slow spells till then
-  bool held_fall_ = false;  // the peak held through the fall at fall_at_; no comeback yet
   uint32_t link_falls_ = 0;
   uint32_t path_rebaselines_ = 0;
   uint32_t drains_ = 0;
