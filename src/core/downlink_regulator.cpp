@@ -331,7 +331,31 @@ WindowDecision DownlinkQueueRegulator::target_window(Nanos now, const DownlinkQu
     edge_known_ = true;
     note_edge(now, edge, p);
   }
+  // The swing window bounds what the ACK asks for, not the law (the header).
+  if (clamping_) d.window = std::max(d.window, window_bytes(swing_window(now, p)));
   return d;
+}
+
+// The swing window (the header): the law's own target, one base round trip plus T, at the
+// link's recent peak. Only for a flow whose handshake the regulator saw: adopted mid-flow, its
+// base round trip holds the queue that was there (refresh_due()), and a window sized on it
+// would keep that queue.
+double DownlinkQueueRegulator::swing_window(Nanos now, const DownlinkQueueParams& p) const {
+  if (!p.swing_window_on || !handshake_taken_ || !swinging(now) || !last_.rtt_min || peak_ <= 0) {
+    return 0;
+  }
+  // A scheduled drain (refresh_due()) must see the queue empty, or min(d) ages out of its
+  // horizon under the held queue and is re-learnt on top of it.
+  if (state_ == DownlinkState::kDrain && drain_.scheduled) return 0;
+  return peak_at(now, p) * seconds(*last_.rtt_min + last_.threshold);
+}
+
+// The swing window's peak, as of the last step, decayed to `now` (halving every
+// peak_half_life).
+double DownlinkQueueRegulator::peak_at(Nanos now, const DownlinkQueueParams& p) const {
+  const double half_lives = static_cast<double>(now - last_step_at_) /
+                            static_cast<double>(std::max<Nanos>(p.peak_half_life, 1));
+  return peak_ * std::exp2(-half_lives);
 }
 
 uint32_t DownlinkQueueRegulator::window() const {
@@ -410,6 +434,7 @@ DownlinkQueueRegulator::Signals DownlinkQueueRegulator::measure(Nanos now,
   }
   s.interval = control_interval(s, p);
   measure_rate(now, s, p);  // the fall check: a queue above the time-based T is a busy link
+  note_peak(now, s, p);
   // The packet floor only while the service swings (the header's T).
   const bool floor = p.floor_swing <= 0 || swinging(now);
   s.threshold = threshold_for(s.rtt_min, floor ? s.rate : 0.0, p);
@@ -439,6 +464,36 @@ std::optional<Nanos> DownlinkQueueRegulator::queue_now(Nanos now,
   if (!f) f = queue_.last_raw();
   if (!f) return std::nullopt;
   return std::max<Nanos>(0, *f - offset_);
+}
+
+// The swing window's peak (the header): decayed to now, then the latest rate sample. A link
+// whose rate comes back to back_fraction of its peak before a fall, within the horizon after
+// that fall, serves in bursts: for a horizon its falls are slow spells that the peak holds
+// through (check_fall()). One held through that the link does not come back from within the
+// horizon lasts: the peak restarts from the law's rate.
+void DownlinkQueueRegulator::note_peak(Nanos now, const Signals& s, const DownlinkQueueParams& p) {
+  const bool fell = recover_until_ > 0;  // check_fall(): the last fall was a horizon before it
+  const Nanos fall_at = recover_until_ - p.horizon;
+  // A fall at this step restarts the peak from the law's rate, unless the peak holds.
+  double peak = fell && fall_at == now && !held_fall_ ? s.rate : peak_at(now, p);
+  if (s.rate_now > 0) {
+    if (fell && now - fall_at <= p.horizon && s.rate_now >= p.back_fraction * fall_peak_) {
+      bursty_until_ = now + p.horizon;
+      held_fall_ = false;
+    } else if (held_fall_ && now - fall_at > p.horizon) {
+      peak = s.rate;
+      held_fall_ = false;
+    }
+    peak = std::max(peak, s.rate_now);
+  }
+  peak_ = peak;  // as of this step: last_step_at_ once it ends
+}
+
+// A fall (check_fall()): the peak before it is what a comeback is measured against; the peak
+// restarts from the law's rate (note_peak()), or holds (a slow spell of a bursty link).
+void DownlinkQueueRegulator::note_fall(Nanos now, bool hold, const DownlinkQueueParams& p) {
+  fall_peak_ = static_cast<float>(peak_at(now, p));
+  held_fall_ = hold;
 }
 
 // A rate sample once the open one spans at least an interval (and kRateTicks ticks) of the
@@ -510,6 +565,9 @@ void DownlinkQueueRegulator::check_fall(Nanos now, Signals& s, bool fresh,
   fall_streak_ = 0;
   rate_max_.reset_to(now, std::llround(s.rate_now));
   s.rate = s.rate_now;
+  // The swing window's peak follows the fall too, unless the link has come back from one
+  // within the horizon (note_peak()): then this is the next slow spell of a bursty link.
+  note_fall(now, now < bursty_until_, p);
   if (now >= recover_until_) recover_window_ = 0;
   recover_window_ = std::max(recover_window_, window_);
   recover_until_ = now + p.horizon;

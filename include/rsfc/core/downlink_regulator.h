@@ -50,6 +50,21 @@
 //            plus the server half: a phone-half minimum would contain the other queue
 //            whenever the two never empty at the same moment.
 //
+// The swing window: while the service swings (as for T's packet floor), W is never below
+// peak * (rtt_min + T), the law's own target at the link's recent peak, peak the largest rate
+// sample, halving every peak_half_life. A link that serves in bursts between slow spells (the
+// EV-DO, UMTS and LTE traces) sizes the law's W on a rate that a slow spell has just cut, and
+// the next burst finds the buffer empty and is lost; fixed windows of a few tens of KB keep
+// their data through the spell and take the burst (lab/EXPERIMENTS.md Q37, Q38). The law runs
+// on under it (its W, its states, its drains, which the window then holds from emptying the
+// queue): the floor only bounds what the ACK asks for. A fall restarts the peak from the
+// fallen rate, as it restarts the law's rate, so a capacity drop or an outage is followed at
+// once; but once the rate has come back to back_fraction of the peak before a fall within the
+// horizon after it, the link serves in bursts, and for a horizon its falls are slow spells
+// that the peak holds through; one the link does not come back from within that horizon
+// lasts, and the peak restarts then. On a steady link the peak is the law's rate and the floor its
+// own target. A flow adopted mid-flow gets none: its rtt_min holds the old queue.
+//
 // One control step per interval I = clamp(rtt, interval_floor, max_interval), at an ACK:
 //
 //                 |
@@ -197,6 +212,12 @@ struct DownlinkQueueParams {
   double startup_growth = 2.0;            // STARTUP clamp >= this * in flight
   uint32_t initial_window_bytes = 16384;  // STARTUP clamp floor; 0 = 64 KB
   uint32_t min_window_segments = 2;       // W >= this many MSS
+  // While the service swings: W >= peak * (rtt_min + T), peak the rate samples' maximum,
+  // halving every peak_half_life, restarted by a fall unless the rate came back to
+  // back_fraction of the peak after one within the horizon (the header's swing window).
+  bool swing_window_on = true;
+  Nanos peak_half_life = 20 * kSecond;
+  double back_fraction = 0.5;
 };
 
 // The shared constants from the uplink's RsfcParams (same meaning on the other queue).
@@ -272,6 +293,8 @@ class DownlinkQueueRegulator {
   uint32_t drains() const { return drains_; }
   // The packet floor on T is in force: the service swung within the last horizon.
   bool swinging(Nanos now) const { return now < swinging_until_; }
+  // The swing window (the header) as of `now`, bytes; 0 while it does not hold.
+  double swing_window(Nanos now, const DownlinkQueueParams& p) const;
 
  private:
   // The signals a step leaves for the read-outs and the segment handlers (the interval).
@@ -376,6 +399,9 @@ class DownlinkQueueRegulator {
   // A cut holds once the phone acknowledged everything sent under the old right edge.
   bool cut_in_force() const { return seq_ge(ack_high_, cut_edge_); }
   std::optional<Nanos> queue_now(Nanos now, const DownlinkQueueParams& p) const;
+  double peak_at(Nanos now, const DownlinkQueueParams& p) const;
+  void note_peak(Nanos now, const Signals& s, const DownlinkQueueParams& p);
+  void note_fall(Nanos now, bool hold, const DownlinkQueueParams& p);
 
   // Estimators.
   HandshakeTimer handshake_;
@@ -396,9 +422,7 @@ class DownlinkQueueRegulator {
   uint32_t ack_high_ = 0;             // highest cumulative ACK from the phone
   uint32_t data_high_ = 0;            // highest data end forwarded to the phone
   uint32_t sample_mark_ = 0;          // next data end to time for q_down (every W / kSlotsPerRtt)
-  std::array<Mark, kMarks> marks_{};  // the latest timed segments (a ring)
-  uint8_t next_mark_ = 0;
-  uint32_t in_flight_max_ = 0;  // data_high_ - ack_high_, highest since the last step
+  std::array<Mark, kMarks> marks_{};  // the latest timed segments (a ring, next_mark_ below)
   Nanos last_data_at_ = 0;
   Nanos confirmed_at_ = 0;  // last raw q_down sample at min(d): the queue was empty
   Nanos offset_ = 0;        // baseline offset on q_down (DRAIN found a longer path)
@@ -410,6 +434,8 @@ class DownlinkQueueRegulator {
   bool ack_known_ = false;
   bool data_known_ = false;
   bool confirmed_ = false;
+  uint8_t next_mark_ = 0;
+  uint32_t in_flight_max_ = 0;  // data_high_ - ack_high_, highest since the last step
 
   // The last step's signals.
   Readings last_;
@@ -423,6 +449,7 @@ class DownlinkQueueRegulator {
   bool clamping_ = false;
   uint16_t fast_steps_in_force_ = 0;
   uint8_t fall_streak_ = 0;  // rate samples in a row below fall_fraction * rate, q > T
+  bool held_fall_ = false;   // the swing window's peak held through the last fall; no comeback
   uint32_t min_segments_ = 2;
   uint32_t probe_streak_ = 0;
   Nanos probe_wait_ = 0;       // SLOW: no probe step before this
@@ -438,14 +465,22 @@ class DownlinkQueueRegulator {
   bool edge_known_ = false;
 
   // DRAIN.
-  Drain drain_;
-  Nanos evidence_since_ = 0;
   bool drained_once_ = false;  // a drain has seen the queue empty (min(d) confirmed)
   bool suspect_ = false;       // confirmations may be against a re-learnt min(d)
-  Nanos swinging_until_ = 0;   // the packet floor on T holds until then
+  Drain drain_;
+  Nanos evidence_since_ = 0;
+  Nanos swinging_until_ = 0;  // the packet floor on T holds until then
+
   uint32_t link_falls_ = 0;
   uint32_t path_rebaselines_ = 0;
   uint32_t drains_ = 0;
+
+  // The swing window (with held_fall_ above). Its peak is as of the last step (last_step_at_);
+  // the last fall was at recover_until_ - horizon. The members are ordered so that they add no
+  // padding: a million flows' regulators stay within issue 17's 512 MiB.
+  float fall_peak_ = 0;     // the peak when the link last fell (bytes/s)
+  double peak_ = 0;         // bytes/s
+  Nanos bursty_until_ = 0;  // the link came back from a fall: falls are slow spells till then
 };
 
 }  // namespace rsfc
