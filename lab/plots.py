@@ -32,7 +32,8 @@ OUT = Path(__file__).resolve().parent / "out" / "plots"
 DPI = 72
 STATES = ["startup", "slow", "fast", "monitor"]
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
-POLICY_COLORS = {"off": "tab:gray", "rsfc": "tab:green"}
+POLICY_COLORS = {"off": "tab:gray", "rsfc": "tab:green", "off+drwa": "tab:red",
+                 "rsfc+rsfc": "tab:purple", "shipped": "tab:blue"}
 
 plt.rcParams.update({"font.size": 8, "axes.titlesize": 9, "legend.fontsize": 7,
                      "axes.grid": True, "grid.alpha": 0.3})
@@ -408,7 +409,9 @@ def plot_suite(out: dict, d: Path) -> list[Path]:
     nrow = -(-len(cells) // ncol)
     fig, axs = plt.subplots(nrow, ncol, figsize=(max(9.0, 3.2 * ncol), 3.0 * nrow + 1.2),
                             squeeze=False)
-    colors = {p: POLICY_COLORS.get(p, COLORS[i % len(COLORS)]) for i, p in enumerate(pols)}
+    # A merged suite's policy (lab/merge_suites.py) is POLICY@COMMIT: the policy's colour.
+    colors = {p: POLICY_COLORS.get(p.split("@")[0], COLORS[i % len(COLORS)])
+              for i, p in enumerate(pols)}
     statics = [p for p in pols if p.startswith("static")]
     for i, p in enumerate(statics):  # the clamps: one hue, darker for larger windows
         colors[p] = plt.cm.Oranges(0.35 + 0.6 * i / max(1, len(statics) - 1))
