@@ -490,10 +490,11 @@ void DownlinkQueueRegulator::note_peak(Nanos now, const Signals& s, const Downli
 }
 
 // A fall (check_fall()): the peak before it is what a comeback is measured against; the peak
-// restarts from the law's rate (note_peak()), or holds (a slow spell of a bursty link).
-void DownlinkQueueRegulator::note_fall(Nanos now, bool hold, const DownlinkQueueParams& p) {
+// restarts from the law's rate (note_peak()), or holds if the link came back from a fall
+// within the horizon: then this is the next slow spell of a bursty link.
+void DownlinkQueueRegulator::note_fall(Nanos now, const DownlinkQueueParams& p) {
   fall_peak_ = static_cast<float>(peak_at(now, p));
-  held_fall_ = hold;
+  held_fall_ = now < bursty_until_;
 }
 
 // A rate sample once the open one spans at least an interval (and kRateTicks ticks) of the
@@ -565,9 +566,7 @@ void DownlinkQueueRegulator::check_fall(Nanos now, Signals& s, bool fresh,
   fall_streak_ = 0;
   rate_max_.reset_to(now, std::llround(s.rate_now));
   s.rate = s.rate_now;
-  // The swing window's peak follows the fall too, unless the link has come back from one
-  // within the horizon (note_peak()): then this is the next slow spell of a bursty link.
-  note_fall(now, now < bursty_until_, p);
+  note_fall(now, p);  // the swing window's peak follows it too, unless the link is bursty
   if (now >= recover_until_) recover_window_ = 0;
   recover_window_ = std::max(recover_window_, window_);
   recover_until_ = now + p.horizon;

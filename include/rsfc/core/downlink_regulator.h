@@ -401,7 +401,7 @@ class DownlinkQueueRegulator {
   std::optional<Nanos> queue_now(Nanos now, const DownlinkQueueParams& p) const;
   double peak_at(Nanos now, const DownlinkQueueParams& p) const;
   void note_peak(Nanos now, const Signals& s, const DownlinkQueueParams& p);
-  void note_fall(Nanos now, bool hold, const DownlinkQueueParams& p);
+  void note_fall(Nanos now, const DownlinkQueueParams& p);
 
   // Estimators.
   HandshakeTimer handshake_;
