@@ -56,6 +56,8 @@ class Script {
 
   RsfcParams& params() { return p_; }
   UplinkRegulator& reg() { return reg_; }
+  // The phone's shared uplink state, as the engine attaches it (the link's rate, outages).
+  void attach_subscriber() { reg_.attach(&sub_); }
   const std::vector<Decision>& log() const { return log_; }
   const Decision& last() const { return log_.back(); }
   // The last decision taken in `state` (the test fails if there is none).
@@ -190,6 +192,7 @@ class Script {
 
   PathModel m_;
   RsfcParams p_;
+  SubscriberUplink sub_;  // declared before reg_: outlives it
   UplinkRegulator reg_;
   sim::EventQueue ev_;
   std::vector<Decision> log_;
@@ -303,6 +306,46 @@ TEST(RsfcController, EmptyBufferMakesTheWindowGrowButNotBeyondUse) {
   // stops at (1 + growth) * that + 2 MSS instead of running away.
   EXPECT_LE(s.last().window, 1.25 * kRate * 0.05 * 1.1 + 2 * 1448);
   EXPECT_GE(s.last().window, kRate * 0.05);
+}
+
+// An uplink that serves the phone in bursts: `on` at `rate` bytes/s, then `off` of nothing,
+// first-in first-out. Called once per segment in send order: the delay the segment waits.
+Delay bursty_link(double rate, Nanos on, Nanos off) {
+  auto free = std::make_shared<Nanos>(0);  // Script copies the function for every segment
+  return [rate, on, off, free](Nanos t) {
+    Nanos done = std::max(*free, t) + static_cast<Nanos>(1448.0 / rate * 1e9);
+    const Nanos cycle = on + off;
+    if (done % cycle > on) done += cycle - done % cycle;  // off: wait for the next burst
+    *free = done;
+    return done - t;
+  };
+}
+
+// A phone that keeps to its window on an uplink serving in bursts: 250 kB/s for 150 ms, then
+// 250 ms of nothing (94 kB/s over time), with a download's 400 ms queue in its ACKs' path.
+// Every silence shows as a queue the segment after it waited through; no window removes it.
+// The window must stay near what the link carries over the round trip (94 kB/s x 0.45 s = 42
+// KB): a rule that took each step's silences for a fall (delivery over the whole step below
+// half) cut it to 9-15 KB at the same queue (lab/EXPERIMENTS.md Q41).
+TEST(RsfcController, LinkServingInBurstsKeepsItsWindow) {
+  PathModel m;
+  m.window_limited = true;
+  Script s(m);
+  s.params().min_refresh = 60 * kSecond;  // no scheduled drain in the way
+  s.attach_subscriber();
+  s.handshake();
+  s.send(3 * kSecond, 90'000, constant(0), constant(ms(400)));  // an empty buffer: SLOW
+  const size_t from = s.log().size();
+  s.send(12 * kSecond, 110'000, bursty_link(250'000, ms(150), ms(250)), constant(ms(400)));
+  ASSERT_TRUE(s.reg().rtt_used());
+  EXPECT_GT(*s.reg().rtt_used(), ms(400));
+  ASSERT_GT(s.log().size(), from + 10);
+  int fast = 0;
+  for (size_t i = from; i < s.log().size(); ++i) {
+    fast += s.log()[i].state == RsfcState::kFast;
+    EXPECT_GE(s.log()[i].window, 0.5 * 94'000 * 0.45) << "step " << i;
+  }
+  EXPECT_GT(fast, 3) << "the silences read as a queue above T";
 }
 
 TEST(RsfcController, StandingQueueShrinksTheWindowToOneBdp) {
