@@ -7,12 +7,16 @@
 //                 [--start SECONDS] [--pacing-gain X] [--pacing-burst BYTES]
 //                 [--threshold-ceiling MS] [--uplink-ceiling MS] [--downlink-ceiling MS]
 //                 [--download-alone-ceiling MS] [--next-to-upload-only] [--no-timestamps]
+//                 [--down-swing FACTOR:PERIOD_MS]
 //
 // --threshold-ceiling sets both knobs' auto-T ceiling (rsfc.threshold_ceiling_ms), then
 // --uplink-ceiling / --downlink-ceiling one knob's; --download-alone-ceiling is
 // rsfc.tuning.threshold_ceiling_download_alone_ms, --next-to-upload-only
 // pacing.next_to_upload_only; --no-timestamps: the phone sends none (the uplink knob's lag
-// signal, whose ceiling stays rsfc.tuning.threshold_ceiling_lag_ms).
+// signal, whose ceiling stays rsfc.tuning.threshold_ceiling_lag_ms). --down-swing: a constant
+// cell's downlink serves alternately at its rate and at its rate / FACTOR, PERIOD_MS each,
+// for every run of the start (the unregulated ones too): a link that swings faster than a
+// regulator's round trip, with nothing else of a trace's (lab/EXPERIMENTS.md Q42).
 //
 // CELL: 2g, 3g, lte (constant links; RUNS seeds), a constant link of one's own,
 // link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_BUFFER_KB:DOWN_BUFFER_KB] (RUNS seeds; base round trip
@@ -65,7 +69,8 @@ int usage() {
                "usage: rsfc-simsuite CELL [RUNS] [POLICY] [--threshold-packets N] "
                "[--floor-swing X] [--start SECONDS] [--pacing-gain X] [--pacing-burst BYTES]\n"
                "       [--threshold-ceiling MS] [--uplink-ceiling MS] [--downlink-ceiling MS]\n"
-               "       [--download-alone-ceiling MS] [--next-to-upload-only] [--no-timestamps]\n");
+               "       [--download-alone-ceiling MS] [--next-to-upload-only] [--no-timestamps]\n"
+               "       [--down-swing FACTOR:PERIOD_MS]\n");
   return 2;
 }
 
@@ -98,6 +103,7 @@ int main(int argc, char** argv) {
   double ceiling_ms = -1, up_ceiling_ms = -1, down_ceiling_ms = -1, alone_ceiling_ms = -1;
   bool next_to_upload_only = false, no_timestamps = false;
   long start_s = -1;
+  double swing_factor = 0, swing_period_ms = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool more = i + 1 < argc;
@@ -121,6 +127,16 @@ int main(int argc, char** argv) {
       next_to_upload_only = true;
     } else if (a == "--no-timestamps") {
       no_timestamps = true;
+    } else if (a == "--down-swing" && more) {
+      const std::string v = argv[++i];
+      char* stop = nullptr;
+      swing_factor = std::strtod(v.c_str(), &stop);
+      if (*stop != ':') return usage();
+      swing_period_ms = std::strtod(stop + 1, &stop);
+      if (*stop != '\0' || !(swing_factor > 1) || !(swing_period_ms >= 10) ||
+          !std::isfinite(swing_factor) || !std::isfinite(swing_period_ms)) {
+        return usage();
+      }
     } else if (a == "--start" && more) {
       start_s = std::atol(argv[++i]);
     } else if (a.rfind("--", 0) == 0) {
@@ -152,6 +168,10 @@ int main(int argc, char** argv) {
     }
   }
   const bool constant = cell == "2g" || cell == "3g" || cell == "lte" || own;
+  if (swing_factor > 0 && !constant) {
+    std::fprintf(stderr, "rsfc-simsuite: --down-swing needs a constant cell\n");
+    return 2;
+  }
   std::shared_ptr<const CapacityTrace> up, down;
   if (!constant) {
     const std::string dir = std::string(RSFC_SOURCE_DIR) + "/lab/traces/" + cell;
@@ -178,6 +198,14 @@ int main(int argc, char** argv) {
                                    : suite_trace_cell(up, down, start);
       s.duration = 38 * kSecond;
       s.warmup = 8 * kSecond;
+      if (swing_factor > 0) {
+        const Nanos period = static_cast<Nanos>(swing_period_ms * 1e6);
+        const double full = s.down_bps;
+        bool slow = true;
+        for (Nanos t = period; t < s.duration; t += period, slow = !slow) {
+          s.down_rate_steps.push_back({t, slow ? full / swing_factor : full});
+        }
+      }
       s.uploads = uploads;
       s.downloads = downloads;
       s.seed = static_cast<uint32_t>(i);
