@@ -71,7 +71,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--cells", help="suite: cells, comma-separated (names such as 3g, 2g, "
                     "umts@80s; a trace's prefix umts, evdo, lte-short; constant, traces; "
                     "default all; a constant link of one's own, "
-                    "link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_KB:DOWN_KB], as rsfc-simsuite's)")
+                    "link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_KB:DOWN_KB], as rsfc-simsuite's; "
+                    "one whose downlink swings between its rate and rate / FACTOR, "
+                    "swing:UP_KBPS:DOWN_KBPS:RTT_MS:FACTOR:PERIOD_MS[:UP_KB:DOWN_KB], as "
+                    "rsfc-simsuite's --down-swing)")
     ap.add_argument("--policies", help="suite: the policies instead of the default list (off "
                     "is always run: it is the baseline), comma-separated")
     ap.add_argument("--runs", type=int, default=3, help="suite: runs per cell (default 3)")

@@ -82,6 +82,7 @@ class Cell:
     offset_ms: int = 0
     window: str = ""                # trace: "mean", "poor" or "rich"
     own: LinkSpec | None = None     # a constant link of one's own (link_cell)
+    swing: Swing | None = None      # a link whose downlink swings (swing_cell; kind "trace")
 
     @property
     def engine(self) -> str:
@@ -91,6 +92,8 @@ class Cell:
         """The link; a trace cell's with the rotated trace files `up` and `down`."""
         if self.own is not None:
             return self.own
+        if self.swing is not None:
+            return self.swing.spec(down)
         if self.kind != "trace":
             return LINKS[self.link_name]
         return LinkSpec(up=Direction(buffer_bytes=TRACE_UP_BUF, delay_ms=TRACE_RTT_MS / 2,
@@ -103,6 +106,9 @@ class Cell:
         if self.kind != "trace":
             return self.spec()
         tracedir.mkdir(parents=True, exist_ok=True)
+        if self.swing is not None:
+            return self.spec(down=str(self.swing.down_trace().write(
+                tracedir / f"{self.swing.file_name()}.down")))
         files = [TraceFile.load(trace_path(self.trace, d)).rotated(self.offset_ms).write(
             tracedir / f"{self.trace}@{self.offset_ms}.{d}") for d in ("up", "down")]
         return self.spec(str(files[0]), str(files[1]))
@@ -112,6 +118,8 @@ class Cell:
         if self.kind != "trace":
             link = self.spec()
             return link.up.rate_bps, link.down.rate_bps
+        if self.swing is not None:
+            return self.swing.up_bps, self.swing.down_trace().mean_mbps() * 1e6
         return tuple(TraceFile.load(trace_path(self.trace, d)).mean_mbps() * 1e6
                      for d in ("up", "down"))
 
@@ -126,7 +134,9 @@ class Cell:
         link = self.spec()
         d = {"kind": self.kind, "engine": self.engine, "timestamps": self.timestamps,
              "base_rtt_ms": link.base_rtt_ms, "link": link.to_dict(), "linger_s": self.linger_s()}
-        if self.kind == "trace":
+        if self.swing is not None:
+            d |= {"swing": {"factor": self.swing.factor, "period_ms": self.swing.period_ms}}
+        elif self.kind == "trace":
             d |= {"trace": self.trace, "offset_s": self.offset_ms / 1000, "window": self.window}
         else:
             d["link_name"] = self.link_name or self.name
@@ -190,17 +200,82 @@ def link_cell(item: str) -> Cell:
     return Cell(item, "constant", own=own)
 
 
+SWING_CELL = "swing:UP_KBPS:DOWN_KBPS:RTT_MS:FACTOR:PERIOD_MS[:UP_KB:DOWN_KB]"
+
+
+@dataclass(frozen=True)
+class Swing:
+    """A link whose downlink serves at its rate for PERIOD_MS, then at its rate / FACTOR for
+    PERIOD_MS, and again (rsfc-simsuite's --down-swing, lab/EXPERIMENTS.md Q42): a variable
+    link with nothing else of a trace's. The uplink is constant. Played by rsfc-linkem from a
+    generated trace of the downlink (1500-byte delivery opportunities at 1 ms resolution)."""
+    up_bps: int
+    down_bps: int
+    rtt_ms: float
+    factor: float
+    period_ms: int
+    up_buffer: int
+    down_buffer: int
+
+    def down_trace(self) -> TraceFile:
+        """Two periods, fast then slow; the opportunities of each millisecond are those the
+        rate's running total reaches in it, so every period carries its rate exactly (to one
+        packet), and the trace's last offset (its period) is 2 PERIOD_MS."""
+        offsets, total = [], 0.0
+        for t in range(1, 2 * self.period_ms + 1):
+            slow = t > self.period_ms
+            before = math.floor(total + 1e-9)
+            total += self.down_bps / (self.factor if slow else 1) / 12_000_000  # 1500 B a ms
+            offsets += [t] * (math.floor(total + 1e-9) - before)
+        if not offsets or offsets[-1] != 2 * self.period_ms:
+            offsets.append(2 * self.period_ms)
+        return TraceFile(offsets, self.file_name())
+
+    def spec(self, down_trace: str | None) -> LinkSpec:
+        return LinkSpec(up=Direction(self.up_bps, self.up_buffer, self.rtt_ms / 2),
+                        down=Direction(0, self.down_buffer, self.rtt_ms / 2, trace=down_trace))
+
+    def file_name(self) -> str:
+        return (f"swing-{self.up_bps}-{self.down_bps}-{self.rtt_ms:g}-{self.factor:g}-"
+                f"{self.period_ms}")
+
+
+def swing_cell(item: str) -> Cell:
+    """A link whose downlink swings (SWING_CELL, Swing): rates in kbit/s, the base round trip
+    in ms (half each way), FACTOR > 1, PERIOD_MS a whole number of 10 ms or more, the buffers
+    in KB of 1000 bytes (by default 4 s of each direction's rate, at least 125 KB). The phone
+    sends timestamps; the traces' targets apply (it is a variable link). ValueError for a bad
+    one."""
+    fields = item.split(":")[1:]
+    try:
+        v = [float(x) for x in fields]
+    except ValueError:
+        v = []
+    if (len(v) not in (5, 7) or not all(math.isfinite(x) and x > 0 for x in v) or v[3] <= 1
+            or v[4] < 10 or v[4] != int(v[4])):
+        raise ValueError(f"bad swing cell {item!r}: {SWING_CELL}, every field a positive "
+                         "number, FACTOR above 1, PERIOD_MS a whole number of 10 or more")
+    up_bps, down_bps = round(v[0] * 1000), round(v[1] * 1000)
+
+    def buffer(i: int, bps: int) -> int:
+        return round(v[i] * 1000) if len(v) == 7 else max(125_000, bps // 8 * 4)
+    swing = Swing(up_bps, down_bps, v[2], v[3], int(v[4]), buffer(5, up_bps),
+                  buffer(6, down_bps))
+    return Cell(item, "trace", swing=swing)
+
+
 def select_cells(spec: str | None, duration_s: float, warmup_s: float) -> list[Cell]:
     """--cells: names ("3g", "umts@80s"), a trace's prefix ("umts": its offsets), "constant"
-    (3g, lte, 3g-nots, 2g), "traces", "all" (default), or a constant link of one's own
-    (link_cell). ValueError for an unknown or bad one."""
+    (3g, lte, 3g-nots, 2g), "traces", "all" (default), a constant link of one's own
+    (link_cell) or one whose downlink swings (swing_cell). ValueError for an unknown or bad
+    one."""
     cells = all_cells(duration_s, warmup_s)
     if not spec:
         return cells
     chosen = []
     for item in (x.strip() for x in spec.split(",") if x.strip()):
-        if item.startswith("link:"):
-            own = link_cell(item)
+        if item.startswith(("link:", "swing:")):
+            own = link_cell(item) if item.startswith("link:") else swing_cell(item)
             chosen += [own] if own not in chosen else []
             continue
         match = [c for c in cells if item in (c.name, "all") or c.name.startswith(item + "@")

@@ -125,6 +125,45 @@ def test_a_bad_link_cell_is_refused(bad):
         suite.select_cells(bad, D, W)
 
 
+def test_a_link_whose_downlink_swings_is_a_variable_cell(tmp_path):
+    # rsfc-simsuite's --down-swing on a link of one's own: the downlink at its rate for a
+    # period, then at rate / FACTOR for a period; played by rsfc-linkem from a generated trace
+    [c] = suite.select_cells("swing:2000:7200:40:4:1000:1049:262", D, W)
+    assert (c.kind, c.engine, c.timestamps) == ("trace", "linkem", True)
+    link = c.link(tmp_path)
+    assert (link.up.rate_bps, link.up.trace, link.up.buffer_bytes) == (2_000_000, None, 1_049_000)
+    assert (link.down.rate_bps, link.down.buffer_bytes, link.base_rtt_ms) == (0, 262_000, 40)
+    played = TraceFile.load(Path(link.down.trace))
+    assert played.offsets == c.swing.down_trace().offsets and played.period_ms == 2000
+    # every period carries its rate: 600 packets a second fast, 150 slow, at every phase
+    for k in range(int(D) // 2):
+        fast, slow = 2000 * k, 2000 * k + 1000
+        assert played.opportunities(fast, fast + 1000) == pytest.approx(600, abs=1)
+        assert played.opportunities(slow, slow + 1000) == pytest.approx(150, abs=1)
+    assert c.mean_rates_bps() == (2_000_000, pytest.approx(4_500_000, rel=1e-3))
+    assert f"trace={link.down.trace}" in link.down.linkem_arg(11, True)
+    assert "rate=2000000" in link.up.linkem_arg(10, True)
+    # buffers by default 4 s of each direction's rate, at least 125 KB
+    slow_link = suite.swing_cell("swing:100:100:200:10:1000").spec()
+    assert (slow_link.up.buffer_bytes, slow_link.down.buffer_bytes) == (125_000, 125_000)
+    # a variable link: the traces' targets
+    d = c.describe()
+    json.dumps(d)
+    assert d["swing"] == {"factor": 4, "period_ms": 1000}
+    assert [t[:3] for t in suite.targets(d, 800.0)] == [
+        ("dl_pct", ">=", 0.85), ("ul_pct", ">=", 0.80), ("load_p95", "<=", 400.0)]
+
+
+@pytest.mark.parametrize("bad", ["swing:", "swing:2000:7200:40:4", "swing:2000:7200:40:1:1000",
+                                 "swing:2000:7200:40:0.5:1000", "swing:2000:7200:40:4:5",
+                                 "swing:2000:7200:40:4:100.5", "swing:0:7200:40:4:1000",
+                                 "swing:2000:7200:40:4:1000:64", "swing:a:b:c:d:e",
+                                 "swing:2000:7200:nan:4:1000"])
+def test_a_bad_swing_cell_is_refused(bad):
+    with pytest.raises(ValueError, match="bad swing cell"):
+        suite.select_cells(bad, D, W)
+
+
 # ---- the policies -------------------------------------------------------------------------
 def test_the_suite_policies():
     assert suite.default_policies() == [
