@@ -135,7 +135,8 @@ class Cell:
         d = {"kind": self.kind, "engine": self.engine, "timestamps": self.timestamps,
              "base_rtt_ms": link.base_rtt_ms, "link": link.to_dict(), "linger_s": self.linger_s()}
         if self.swing is not None:
-            d |= {"swing": {"factor": self.swing.factor, "period_ms": self.swing.period_ms}}
+            d |= {"swing": {"down_bps": self.swing.down_bps, "factor": self.swing.factor,
+                            "period_ms": self.swing.period_ms}}
         elif self.kind == "trace":
             d |= {"trace": self.trace, "offset_s": self.offset_ms / 1000, "window": self.window}
         else:
@@ -699,7 +700,12 @@ def fmt_bytes(n: int) -> str:
 
 def cell_title(name: str, cell: dict, base: dict) -> str:
     link = cell["link"]
-    if cell["kind"] == "trace":
+    if cell.get("swing"):
+        up, down, sw = link["up"], link["down"], cell["swing"]
+        what = (f"up {up['rate_bps'] / 1e6:g} Mbit/s {fmt_bytes(up['buffer_bytes'])}, down "
+                f"{sw['down_bps'] / 1e6:g} and {sw['down_bps'] / sw['factor'] / 1e6:.3g} Mbit/s "
+                f"in turn, {sw['period_ms']:g} ms each, {fmt_bytes(down['buffer_bytes'])}")
+    elif cell["kind"] == "trace":
         what = (f"{cell['trace']} from {cell['offset_s']:g} s ({cell['window']} window), "
                 f"buffers up {fmt_bytes(link['up']['buffer_bytes'])} / down "
                 f"{fmt_bytes(link['down']['buffer_bytes'])}")

@@ -149,7 +149,7 @@ def test_a_link_whose_downlink_swings_is_a_variable_cell(tmp_path):
     # a variable link: the traces' targets
     d = c.describe()
     json.dumps(d)
-    assert d["swing"] == {"factor": 4, "period_ms": 1000}
+    assert d["swing"] == {"down_bps": 7_200_000, "factor": 4, "period_ms": 1000}
     assert [t[:3] for t in suite.targets(d, 800.0)] == [
         ("dl_pct", ">=", 0.85), ("ul_pct", ">=", 0.80), ("load_p95", "<=", 400.0)]
 
@@ -412,6 +412,17 @@ def test_the_table(tmp_path, fake_lab):
     assert "shipped misses: umts@" in text and "points short" in text
     assert "half the unregulated download-alone p95" in text
     json.dumps(out)  # the run's JSON
+
+
+def test_a_swing_cell_in_the_table(tmp_path, fake_lab, monkeypatch):
+    name = "swing:2000:7200:40:4:1000:1049:262"
+    monkeypatch.setitem(FAKE, name, FAKE["umts"])
+    out = suite.run(fake_args(tmp_path, cells=name), lambda m: None)
+    text = suite.report(out)
+    assert (f"\n{name}: up 2 Mbit/s 1049 KB, down 7.2 and 1.8 Mbit/s in turn, 1000 ms each, "
+            "262 KB, base RTT 40 ms") in text
+    assert out["summary"][name]["shipped"]["checks"][0]["bound"] == 0.85  # a variable link's
+    json.dumps(out)
 
 
 def test_the_plot(tmp_path, fake_lab):
