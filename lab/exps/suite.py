@@ -180,24 +180,35 @@ def all_cells(duration_s: float, warmup_s: float) -> list[Cell]:
 LINK_CELL = "link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_KB:DOWN_KB]"
 
 
+def _link_fields(item: str, counts: tuple[int, int]) -> tuple[list[float], int, int] | None:
+    """The numbers of a `link:` or `swing:` item (rates in kbit/s first, the two buffers in KB
+    last when given): (fields, up_buffer, down_buffer), each buffer given or by default 4 s of
+    its direction's rate and at least 125 KB (deep, as a cellular link's); None unless there
+    are counts[0] or counts[1] (with the buffers) fields, all positive and finite."""
+    try:
+        v = [float(x) for x in item.split(":")[1:]]
+    except ValueError:
+        return None
+    if len(v) not in counts or not all(math.isfinite(x) and x > 0 for x in v):
+        return None
+
+    def buffer(given: int, kbps: float) -> int:
+        bps = round(kbps * 1000)
+        return round(v[given] * 1000) if len(v) == counts[1] else max(125_000, bps // 8 * 4)
+    return v, buffer(counts[0], v[0]), buffer(counts[0] + 1, v[1])
+
+
 def link_cell(item: str) -> Cell:
     """A constant link of one's own, as rsfc-simsuite reads it (LINK_CELL): rates in kbit/s,
     the base round trip in ms (split evenly, half each way), the drop-tail buffers in KB of
     1000 bytes, by default 4 s of each direction's rate and at least 125 KB (deep, as a
     cellular link's). The phone sends timestamps; the constant links' targets apply. The
     cell's name is the item. ValueError for a bad one."""
-    fields = item.split(":")[1:]
-    try:
-        v = [float(x) for x in fields]
-    except ValueError:
-        v = []
-    if len(v) not in (3, 5) or not all(math.isfinite(x) and x > 0 for x in v):
+    parsed = _link_fields(item, (3, 5))
+    if parsed is None:
         raise ValueError(f"bad link cell {item!r}: {LINK_CELL}, every field a positive number")
-    up_bps, down_bps = round(v[0] * 1000), round(v[1] * 1000)
-
-    def buffer(i: int, bps: int) -> int:
-        return round(v[i] * 1000) if len(v) == 5 else max(125_000, bps // 8 * 4)
-    own = LinkSpec.symmetric_rtt(up_bps, buffer(3, up_bps), down_bps, buffer(4, down_bps), v[2])
+    v, up_buf, down_buf = parsed
+    own = LinkSpec.symmetric_rtt(round(v[0] * 1000), up_buf, round(v[1] * 1000), down_buf, v[2])
     return Cell(item, "constant", own=own)
 
 
@@ -247,21 +258,13 @@ def swing_cell(item: str) -> Cell:
     in KB of 1000 bytes (by default 4 s of each direction's rate, at least 125 KB). The phone
     sends timestamps; the traces' targets apply (it is a variable link). ValueError for a bad
     one."""
-    fields = item.split(":")[1:]
-    try:
-        v = [float(x) for x in fields]
-    except ValueError:
-        v = []
-    if (len(v) not in (5, 7) or not all(math.isfinite(x) and x > 0 for x in v) or v[3] <= 1
-            or v[4] < 10 or v[4] != int(v[4])):
+    parsed = _link_fields(item, (5, 7))
+    if parsed is None or parsed[0][3] <= 1 or parsed[0][4] < 10 or parsed[0][4] % 1:
         raise ValueError(f"bad swing cell {item!r}: {SWING_CELL}, every field a positive "
                          "number, FACTOR above 1, PERIOD_MS a whole number of 10 or more")
-    up_bps, down_bps = round(v[0] * 1000), round(v[1] * 1000)
-
-    def buffer(i: int, bps: int) -> int:
-        return round(v[i] * 1000) if len(v) == 7 else max(125_000, bps // 8 * 4)
-    swing = Swing(up_bps, down_bps, v[2], v[3], int(v[4]), buffer(5, up_bps),
-                  buffer(6, down_bps))
+    v, up_buf, down_buf = parsed
+    swing = Swing(round(v[0] * 1000), round(v[1] * 1000), v[2], v[3], int(v[4]), up_buf,
+                  down_buf)
     return Cell(item, "trace", swing=swing)
 
 
