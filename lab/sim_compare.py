@@ -23,7 +23,8 @@ import statistics as st
 import subprocess
 import sys
 
-DEFAULT_CELLS = "2g,3g,lte,Verizon-EVDO-driving,TMobile-UMTS-driving,Verizon-LTE-short"
+DEFAULT_CELLS = ("2g,3g,lte,Verizon-EVDO-driving,TMobile-UMTS-driving,Verizon-LTE-short,"
+                 "swing:2000:7200:40:4:1000:1049:262")
 DEFAULT_ARGS = ["paced", "--threshold-ceiling", "30", "--download-alone-ceiling", "80",
                 "--next-to-upload-only"]
 LINE = re.compile(r"(?:from|seed)\s+(\d+): dl\s+([\d.]+) % ul\s+([\d.]+) % p95\s+(\d+) ms"

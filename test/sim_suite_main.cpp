@@ -21,7 +21,9 @@
 // CELL: 2g, 3g, lte (constant links; RUNS seeds), a constant link of one's own,
 // link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_BUFFER_KB:DOWN_BUFFER_KB] (RUNS seeds; base round trip
 // RTT_MS with 10 ms of it on the server's side; buffers by default 4 s of the link's
-// rate, at least 125 KB: deep, as a cellular link's), or a trace of lab/traces (e.g.
+// rate, at least 125 KB: deep, as a cellular link's), the same link whose downlink swings,
+// swing:UP_KBPS:DOWN_KBPS:RTT_MS:FACTOR:PERIOD_MS[:UP_BUFFER_KB:DOWN_BUFFER_KB] (the lab's
+// swing cell; as link: with --down-swing FACTOR:PERIOD_MS), or a trace of lab/traces (e.g.
 // Verizon-EVDO-driving; RUNS start offsets spread over it, or RUNS seconds from --start on:
 // 1 MB up / 512 KB down buffers, 50 ms base round trip, 38 s with 8 s of warm-up). POLICY:
 // off, 64K, 128K, rsfc (uplink only), shipped (rsfc on both knobs; the default) or paced
@@ -92,6 +94,35 @@ std::optional<Scenario> parse_link(const std::string& spec) {
   if (rtt <= 10 * kMilli) return std::nullopt;  // 10 ms of it are the server's side
   const auto kb = [&](size_t i) { return v.size() == 5 ? static_cast<uint64_t>(v[i] * 1e3) : 0; };
   return constant_link(v[0] * 1e3, v[1] * 1e3, rtt, kb(3), kb(4));
+}
+
+// swing:UP_KBPS:DOWN_KBPS:RTT_MS:FACTOR:PERIOD_MS[:UP_BUFFER_KB:DOWN_BUFFER_KB] without its
+// prefix, as the lab reads it (lab/exps/suite.py swing_cell): the link of `link:` whose
+// downlink swings as --down-swing FACTOR:PERIOD_MS makes it (FACTOR above 1, PERIOD_MS a whole
+// number of 10 or more).
+struct SwingCell {
+  Scenario link;
+  double factor = 0, period_ms = 0;
+};
+std::optional<SwingCell> parse_swing(const std::string& spec) {
+  std::vector<std::string> f;
+  for (size_t at = 0; at <= spec.size();) {
+    const size_t end = std::min(spec.find(':', at), spec.size());
+    f.push_back(spec.substr(at, end - at));
+    at = end + 1;
+  }
+  if (f.size() != 5 && f.size() != 7) return std::nullopt;
+  std::string link = f[0] + ":" + f[1] + ":" + f[2];
+  if (f.size() == 7) link += ":" + f[5] + ":" + f[6];
+  const auto number = [](const std::string& x) {
+    char* stop = nullptr;
+    const double v = std::strtod(x.c_str(), &stop);
+    return !x.empty() && *stop == '\0' && std::isfinite(v) ? v : -1.0;
+  };
+  const std::optional<Scenario> s = parse_link(link);
+  const double factor = number(f[3]), period = number(f[4]);
+  if (!s || !(factor > 1) || !(period >= 10) || period != std::floor(period)) return std::nullopt;
+  return SwingCell{*s, factor, period};
 }
 
 }  // namespace
@@ -166,6 +197,20 @@ int main(int argc, char** argv) {
                    cell.c_str());
       return 2;
     }
+  }
+  if (cell.rfind("swing:", 0) == 0) {
+    const std::optional<SwingCell> sw = parse_swing(cell.substr(6));
+    if (!sw || swing_factor > 0) {
+      std::fprintf(stderr,
+                   "rsfc-simsuite: bad swing cell %s (swing:UP_KBPS:DOWN_KBPS:RTT_MS:FACTOR:"
+                   "PERIOD_MS[:UP_BUFFER_KB:DOWN_BUFFER_KB], FACTOR above 1, PERIOD_MS a whole "
+                   "number of 10 or more; not with --down-swing)\n",
+                   cell.c_str());
+      return 2;
+    }
+    own = sw->link;
+    swing_factor = sw->factor;
+    swing_period_ms = sw->period_ms;
   }
   const bool constant = cell == "2g" || cell == "3g" || cell == "lte" || own;
   if (swing_factor > 0 && !constant) {
