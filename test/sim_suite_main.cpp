@@ -35,6 +35,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "regulator_sim.h"
@@ -76,8 +77,9 @@ int usage() {
   return 2;
 }
 
-// link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_BUFFER_KB:DOWN_BUFFER_KB] without its prefix.
-std::optional<Scenario> parse_link(const std::string& spec) {
+// The numbers of a colon-separated spec ("2000:7200:40"); nullopt unless every field is a
+// finite number above 0.
+std::optional<std::vector<double>> positive_fields(const std::string& spec) {
   std::vector<double> v;
   size_t at = 0;
   while (at <= spec.size()) {
@@ -89,6 +91,11 @@ std::optional<Scenario> parse_link(const std::string& spec) {
     v.push_back(x);
     at = end + 1;
   }
+  return v;
+}
+
+// UP_KBPS, DOWN_KBPS, RTT_MS[, UP_BUFFER_KB, DOWN_BUFFER_KB] (positive_fields).
+std::optional<Scenario> link_from(const std::vector<double>& v) {
   if (v.size() != 3 && v.size() != 5) return std::nullopt;
   const Nanos rtt = static_cast<Nanos>(v[2] * 1e6);
   if (rtt <= 10 * kMilli) return std::nullopt;  // 10 ms of it are the server's side
@@ -96,33 +103,33 @@ std::optional<Scenario> parse_link(const std::string& spec) {
   return constant_link(v[0] * 1e3, v[1] * 1e3, rtt, kb(3), kb(4));
 }
 
+// link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_BUFFER_KB:DOWN_BUFFER_KB] without its prefix.
+std::optional<Scenario> parse_link(const std::string& spec) {
+  const auto v = positive_fields(spec);
+  return v ? link_from(*v) : std::nullopt;
+}
+
+// A downlink swing, FACTOR:PERIOD_MS (--down-swing, and the swing cell's last two numbers).
+struct Swing {
+  double factor = 0, period_ms = 0;  // factor 0: none
+};
+std::optional<Swing> swing_from(double factor, double period_ms) {
+  if (!(factor > 1) || !(period_ms >= 10)) return std::nullopt;
+  return Swing{factor, period_ms};
+}
+
 // swing:UP_KBPS:DOWN_KBPS:RTT_MS:FACTOR:PERIOD_MS[:UP_BUFFER_KB:DOWN_BUFFER_KB] without its
 // prefix, as the lab reads it (lab/exps/suite.py swing_cell): the link of `link:` whose
-// downlink swings as --down-swing FACTOR:PERIOD_MS makes it (FACTOR above 1, PERIOD_MS a whole
-// number of 10 or more).
-struct SwingCell {
-  Scenario link;
-  double factor = 0, period_ms = 0;
-};
-std::optional<SwingCell> parse_swing(const std::string& spec) {
-  std::vector<std::string> f;
-  for (size_t at = 0; at <= spec.size();) {
-    const size_t end = std::min(spec.find(':', at), spec.size());
-    f.push_back(spec.substr(at, end - at));
-    at = end + 1;
-  }
-  if (f.size() != 5 && f.size() != 7) return std::nullopt;
-  std::string link = f[0] + ":" + f[1] + ":" + f[2];
-  if (f.size() == 7) link += ":" + f[5] + ":" + f[6];
-  const auto number = [](const std::string& x) {
-    char* stop = nullptr;
-    const double v = std::strtod(x.c_str(), &stop);
-    return !x.empty() && *stop == '\0' && std::isfinite(v) ? v : -1.0;
-  };
-  const std::optional<Scenario> s = parse_link(link);
-  const double factor = number(f[3]), period = number(f[4]);
-  if (!s || !(factor > 1) || !(period >= 10) || period != std::floor(period)) return std::nullopt;
-  return SwingCell{*s, factor, period};
+// downlink swings as --down-swing FACTOR:PERIOD_MS makes it (PERIOD_MS a whole number).
+std::optional<std::pair<Scenario, Swing>> parse_swing(const std::string& spec) {
+  const auto v = positive_fields(spec);
+  if (!v || (v->size() != 5 && v->size() != 7)) return std::nullopt;
+  std::vector<double> link = {(*v)[0], (*v)[1], (*v)[2]};
+  if (v->size() == 7) link.insert(link.end(), {(*v)[5], (*v)[6]});
+  const auto s = link_from(link);
+  const auto sw = swing_from((*v)[3], (*v)[4]);
+  if (!s || !sw || sw->period_ms != std::floor(sw->period_ms)) return std::nullopt;
+  return std::pair{*s, *sw};
 }
 
 }  // namespace
@@ -134,7 +141,7 @@ int main(int argc, char** argv) {
   double ceiling_ms = -1, up_ceiling_ms = -1, down_ceiling_ms = -1, alone_ceiling_ms = -1;
   bool next_to_upload_only = false, no_timestamps = false;
   long start_s = -1;
-  double swing_factor = 0, swing_period_ms = 0;
+  Swing swing;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool more = i + 1 < argc;
@@ -159,15 +166,10 @@ int main(int argc, char** argv) {
     } else if (a == "--no-timestamps") {
       no_timestamps = true;
     } else if (a == "--down-swing" && more) {
-      const std::string v = argv[++i];
-      char* stop = nullptr;
-      swing_factor = std::strtod(v.c_str(), &stop);
-      if (*stop != ':') return usage();
-      swing_period_ms = std::strtod(stop + 1, &stop);
-      if (*stop != '\0' || !(swing_factor > 1) || !(swing_period_ms >= 10) ||
-          !std::isfinite(swing_factor) || !std::isfinite(swing_period_ms)) {
-        return usage();
-      }
+      const auto v = positive_fields(argv[++i]);
+      const auto sw = v && v->size() == 2 ? swing_from((*v)[0], (*v)[1]) : std::nullopt;
+      if (!sw) return usage();
+      swing = *sw;
     } else if (a == "--start" && more) {
       start_s = std::atol(argv[++i]);
     } else if (a.rfind("--", 0) == 0) {
@@ -199,8 +201,8 @@ int main(int argc, char** argv) {
     }
   }
   if (cell.rfind("swing:", 0) == 0) {
-    const std::optional<SwingCell> sw = parse_swing(cell.substr(6));
-    if (!sw || swing_factor > 0) {
+    const auto sw = parse_swing(cell.substr(6));
+    if (!sw || swing.factor > 0) {
       std::fprintf(stderr,
                    "rsfc-simsuite: bad swing cell %s (swing:UP_KBPS:DOWN_KBPS:RTT_MS:FACTOR:"
                    "PERIOD_MS[:UP_BUFFER_KB:DOWN_BUFFER_KB], FACTOR above 1, PERIOD_MS a whole "
@@ -208,12 +210,11 @@ int main(int argc, char** argv) {
                    cell.c_str());
       return 2;
     }
-    own = sw->link;
-    swing_factor = sw->factor;
-    swing_period_ms = sw->period_ms;
+    own = sw->first;
+    swing = sw->second;
   }
   const bool constant = cell == "2g" || cell == "3g" || cell == "lte" || own;
-  if (swing_factor > 0 && !constant) {
+  if (swing.factor > 0 && !constant) {
     std::fprintf(stderr, "rsfc-simsuite: --down-swing needs a constant cell\n");
     return 2;
   }
@@ -243,12 +244,12 @@ int main(int argc, char** argv) {
                                    : suite_trace_cell(up, down, start);
       s.duration = 38 * kSecond;
       s.warmup = 8 * kSecond;
-      if (swing_factor > 0) {
-        const Nanos period = static_cast<Nanos>(swing_period_ms * 1e6);
+      if (swing.factor > 0) {
+        const Nanos period = static_cast<Nanos>(swing.period_ms * 1e6);
         const double full = s.down_bps;
         bool slow = true;
         for (Nanos t = period; t < s.duration; t += period, slow = !slow) {
-          s.down_rate_steps.push_back({t, slow ? full / swing_factor : full});
+          s.down_rate_steps.push_back({t, slow ? full / swing.factor : full});
         }
       }
       s.uploads = uploads;
