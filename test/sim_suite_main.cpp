@@ -5,9 +5,9 @@
 //
 //   rsfc-simsuite CELL [RUNS] [POLICY] [--threshold-packets N] [--floor-swing X]
 //                 [--start SECONDS] [--pacing-gain X] [--pacing-burst BYTES]
-//                 [--threshold-ceiling MS] [--uplink-ceiling MS] [--downlink-ceiling MS]
-//                 [--download-alone-ceiling MS] [--next-to-upload-only] [--no-timestamps]
-//                 [--down-swing FACTOR:PERIOD_MS]
+//                 [--pacing-horizon SECONDS] [--threshold-ceiling MS] [--uplink-ceiling MS]
+//                 [--downlink-ceiling MS] [--download-alone-ceiling MS] [--next-to-upload-only]
+//                 [--no-timestamps] [--down-swing FACTOR:PERIOD_MS]
 //
 // --threshold-ceiling sets both knobs' auto-T ceiling (rsfc.threshold_ceiling_ms), then
 // --uplink-ceiling / --downlink-ceiling one knob's; --download-alone-ceiling is
@@ -17,6 +17,8 @@
 // cell's downlink serves alternately at its rate and at its rate / FACTOR, PERIOD_MS each,
 // for every run of the start (the unregulated ones too): a link that swings faster than a
 // regulator's round trip, with nothing else of a trace's (lab/EXPERIMENTS.md Q42).
+// --pacing-horizon: pacing.horizon_s, the span of the pacer's windowed maximum of the phone's
+// receive rate (0.1 .. 60, as the configuration takes it; lab/EXPERIMENTS.md Q43).
 //
 // CELL: 2g, 3g, lte (constant links; RUNS seeds), a constant link of one's own,
 // link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_BUFFER_KB:DOWN_BUFFER_KB] (RUNS seeds; base round trip
@@ -71,9 +73,10 @@ int usage() {
   std::fprintf(stderr,
                "usage: rsfc-simsuite CELL [RUNS] [POLICY] [--threshold-packets N] "
                "[--floor-swing X] [--start SECONDS] [--pacing-gain X] [--pacing-burst BYTES]\n"
-               "       [--threshold-ceiling MS] [--uplink-ceiling MS] [--downlink-ceiling MS]\n"
-               "       [--download-alone-ceiling MS] [--next-to-upload-only] [--no-timestamps]\n"
-               "       [--down-swing FACTOR:PERIOD_MS]\n");
+               "       [--pacing-horizon SECONDS] [--threshold-ceiling MS] [--uplink-ceiling MS]\n"
+               "       [--downlink-ceiling MS] [--download-alone-ceiling MS] "
+               "[--next-to-upload-only]\n"
+               "       [--no-timestamps] [--down-swing FACTOR:PERIOD_MS]\n");
   return 2;
 }
 
@@ -138,6 +141,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> pos;
   double threshold_packets = -1, floor_swing = -1, pacing_gain = -1;
   long pacing_burst = -1;
+  Nanos pacing_horizon = 0;  // 0: PacingParams' own
   double ceiling_ms = -1, up_ceiling_ms = -1, down_ceiling_ms = -1, alone_ceiling_ms = -1;
   bool next_to_upload_only = false, no_timestamps = false;
   long start_s = -1;
@@ -153,6 +157,10 @@ int main(int argc, char** argv) {
       pacing_gain = std::atof(argv[++i]);
     } else if (a == "--pacing-burst" && more) {
       pacing_burst = std::atol(argv[++i]);
+    } else if (a == "--pacing-horizon" && more) {
+      const auto v = positive_fields(argv[++i]);
+      if (!v || v->size() != 1 || (*v)[0] < 0.1 || (*v)[0] > 60) return usage();
+      pacing_horizon = static_cast<Nanos>(std::llround((*v)[0] * 1e9));
     } else if (a == "--threshold-ceiling" && more) {
       ceiling_ms = std::atof(argv[++i]);
     } else if (a == "--uplink-ceiling" && more) {
@@ -277,6 +285,7 @@ int main(int argc, char** argv) {
         s.pacing.next_to_upload_only = next_to_upload_only;
         if (pacing_gain > 1) s.pacing.gain = pacing_gain;
         if (pacing_burst >= 0) s.pacing.burst_bytes = static_cast<uint32_t>(pacing_burst);
+        if (pacing_horizon > 0) s.pacing.horizon = pacing_horizon;
       }
       return simulate(s);
     };

@@ -48,3 +48,33 @@ def test_a_link_it_cannot_take_is_refused(spec):
     assert res.returncode == 2
     assert "bad link" in res.stderr
     assert res.stdout == ""
+
+
+SWING = "swing:2000:7200:40:4:1000:1049:262"
+
+
+def run_swing(*extra: str) -> str:
+    return subprocess.run([str(SIMSUITE), SWING, "1", *SHIPPED, *extra], capture_output=True,
+                          text=True, check=True, timeout=300).stdout
+
+
+def test_the_pacing_horizon_is_the_pacers_window_and_three_seconds_by_default():
+    # --pacing-horizon is pacing.horizon_s (lab/EXPERIMENTS.md Q43): 3 s, the default, reads as
+    # no option at all; 0.5 s keeps the download's excess at the gateway when the swing cell's
+    # downlink slows, so the upload's ACKs pass it: the upload gains, the phone's p95 falls.
+    default = run_swing()
+    assert run_swing("--pacing-horizon", "3") == default
+    short = MEDIAN.search(run_swing("--pacing-horizon", "0.5"))
+    base = MEDIAN.search(default)
+    assert short and base, default
+    assert float(short.group(2)) > float(base.group(2)) + 5  # upload %
+    assert int(short.group(3)) < 0.9 * int(base.group(3))  # p95 under both
+
+
+@pytest.mark.parametrize("value", ["0.05", "61", "0", "-1", "x", "0.5:1", "inf"])
+def test_a_pacing_horizon_it_cannot_take_is_refused(value):
+    res = subprocess.run([str(SIMSUITE), "3g", "1", *SHIPPED, "--pacing-horizon", value],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert "--pacing-horizon" in res.stderr  # the usage
+    assert res.stdout == ""
