@@ -74,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
                     "link:UP_KBPS:DOWN_KBPS:RTT_MS[:UP_KB:DOWN_KB], as rsfc-simsuite's; "
                     "one whose downlink swings between its rate and rate / FACTOR, "
                     "swing:UP_KBPS:DOWN_KBPS:RTT_MS:FACTOR:PERIOD_MS[:UP_KB:DOWN_KB], as "
-                    "rsfc-simsuite's --down-swing)")
+                    "rsfc-simsuite's --down-swing; any cell followed by /nots is the same "
+                    "link with a phone that sends no TCP timestamps, e.g. umts@80s/nots)")
     ap.add_argument("--policies", help="suite: the policies instead of the default list (off "
                     "is always run: it is the baseline), comma-separated")
     ap.add_argument("--runs", type=int, default=3, help="suite: runs per cell (default 3)")

@@ -28,7 +28,7 @@ import json
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from measure import flow_mbps, fmt, rtt_stats
@@ -268,26 +268,33 @@ def swing_cell(item: str) -> Cell:
     return Cell(item, "trace", swing=swing)
 
 
+NOTS = "/nots"
+
+
 def select_cells(spec: str | None, duration_s: float, warmup_s: float) -> list[Cell]:
     """--cells: names ("3g", "umts@80s"), a trace's prefix ("umts": its offsets), "constant"
     (3g, lte, 3g-nots, 2g), "traces", "all" (default), a constant link of one's own
-    (link_cell) or one whose downlink swings (swing_cell). ValueError for an unknown or bad
-    one."""
+    (link_cell) or one whose downlink swings (swing_cell); any of them followed by "/nots"
+    is the same link with a phone that sends no TCP timestamps ("umts@0s/nots", named so).
+    ValueError for an unknown or bad one."""
     cells = all_cells(duration_s, warmup_s)
     if not spec:
         return cells
     chosen = []
     for item in (x.strip() for x in spec.split(",") if x.strip()):
-        if item.startswith(("link:", "swing:")):
-            own = link_cell(item) if item.startswith("link:") else swing_cell(item)
-            chosen += [own] if own not in chosen else []
-            continue
-        match = [c for c in cells if item in (c.name, "all") or c.name.startswith(item + "@")
-                 or (item == "constant" and c.kind != "trace")
-                 or (item == "traces" and c.kind == "trace")]
+        nots = item.endswith(NOTS)
+        name = item[:-len(NOTS)] if nots else item
+        if name.startswith(("link:", "swing:")):
+            match = [link_cell(name) if name.startswith("link:") else swing_cell(name)]
+        else:
+            match = [c for c in cells if name in (c.name, "all") or c.name.startswith(name + "@")
+                     or (name == "constant" and c.kind != "trace")
+                     or (name == "traces" and c.kind == "trace")]
         if not match:
             raise ValueError(f"unknown cell {item!r} (cells: {', '.join(c.name for c in cells)}; "
-                             f"or constant, traces, all, a trace prefix)")
+                             f"or constant, traces, all, a trace prefix; each may end in {NOTS})")
+        if nots:
+            match = [replace(c, name=c.name + NOTS, timestamps=False) for c in match]
         chosen += [c for c in match if c not in chosen]
     return chosen
 
@@ -317,8 +324,9 @@ def run_test(cell: Cell, policy: str, kind: str, run: int, D: float, W: float, w
     filling the uplink buffer when the download opens: its handshake waits behind it)."""
     link = cell.link(wd / "traces")
     lead = upload_lead if kind == "both" else 0.0
-    with Bench(f"suite-{cell.name}-r{run}-{kind}", link, policy, engine=cell.engine,
-               phone_timestamps=cell.timestamps, workdir=wd, log=log) as b:
+    tag = f"suite-{cell.name.replace('/', '-')}-r{run}-{kind}"  # a /nots cell: one directory
+    with Bench(tag, link, policy, engine=cell.engine, phone_timestamps=cell.timestamps,
+               workdir=wd, log=log) as b:
         b.begin(ping_s=D, linger_s=cell.linger_s())
         if kind in ("dl", "both"):
             b.at(lead, b.bulk, "dl", "down", D - lead)

@@ -93,6 +93,20 @@ def test_cells_are_selected_by_name_prefix_and_group():
         suite.select_cells("3g,4g", D, W)
 
 
+def test_any_cell_can_be_run_with_a_phone_without_timestamps():
+    sel = lambda s: [(c.name, c.timestamps) for c in suite.select_cells(s, D, W)]  # noqa: E731
+    umts = sel("umts")[0][0]  # its first window (the offsets follow the test's duration)
+    assert sel(f"{umts}/nots,link:500:2000:100/nots,3g") == [
+        (f"{umts}/nots", False), ("link:500:2000:100/nots", False), ("3g", True)]
+    assert [n for n, ts in sel("umts/nots")] == [n + "/nots" for n, _ in sel("umts")]
+    # the same link as the cell with timestamps, and told apart from it in the results
+    [a, b] = suite.select_cells("link:500:2000:100,link:500:2000:100/nots", D, W)
+    assert a.spec() == b.spec() and a.name != b.name and a.describe()["timestamps"]
+    assert not b.describe()["timestamps"]
+    with pytest.raises(ValueError, match="unknown cell"):
+        suite.select_cells("4g/nots", D, W)
+
+
 def test_a_link_of_ones_own_is_a_constant_cell():
     # as rsfc-simsuite reads it: kbit/s, base RTT ms split evenly, buffers 4 s of the rate
     # (at least 125 KB) unless given in KB
