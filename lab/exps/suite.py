@@ -324,9 +324,8 @@ def run_test(cell: Cell, policy: str, kind: str, run: int, D: float, W: float, w
     filling the uplink buffer when the download opens: its handshake waits behind it)."""
     link = cell.link(wd / "traces")
     lead = upload_lead if kind == "both" else 0.0
-    tag = f"suite-{cell.name.replace('/', '-')}-r{run}-{kind}"  # a /nots cell: one directory
-    with Bench(tag, link, policy, engine=cell.engine, phone_timestamps=cell.timestamps,
-               workdir=wd, log=log) as b:
+    with Bench(f"suite-{cell.name}-r{run}-{kind}", link, policy, engine=cell.engine,
+               phone_timestamps=cell.timestamps, workdir=wd, log=log) as b:
         b.begin(ping_s=D, linger_s=cell.linger_s())
         if kind in ("dl", "both"):
             b.at(lead, b.bulk, "dl", "down", D - lead)
