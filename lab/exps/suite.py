@@ -284,8 +284,10 @@ def select_cells(spec: str | None, duration_s: float, warmup_s: float) -> list[C
     for item in (x.strip() for x in spec.split(",") if x.strip()):
         nots = item.endswith(NOTS)
         name = item[:-len(NOTS)] if nots else item
-        if name.startswith(("link:", "swing:")):
-            match = [link_cell(name) if name.startswith("link:") else swing_cell(name)]
+        if name.startswith("link:"):
+            match = [link_cell(name)]
+        elif name.startswith("swing:"):
+            match = [swing_cell(name)]
         else:
             match = [c for c in cells if name in (c.name, "all") or c.name.startswith(name + "@")
                      or (name == "constant" and c.kind != "trace")
