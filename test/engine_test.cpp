@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -2028,8 +2029,11 @@ TEST(EngineDownlinkRsfc, ADownloadAloneHasItsOwnThresholdCeiling) {
   }
 }
 
+// rsfc.tuning.downlink_round_trip false: a download without timestamps is left alone.
 TEST(EngineDownlinkRsfc, FlowsWithoutTimestampsAreLeftAloneAndCounted) {
-  Engine e(16, downlink_params(Policy::kRsfc));
+  EngineParams p = downlink_params(Policy::kRsfc);
+  p.rsfc.downlink_round_trip = false;
+  Engine e(16, p);
   const DownloadResult r = run_download(e, {.duration = 4 * kSecond, .timestamps = false});
   ASSERT_GT(r.acks.size(), 200u);
   for (const DownloadAck& a : r.acks) EXPECT_FALSE(a.modified);
@@ -2039,6 +2043,48 @@ TEST(EngineDownlinkRsfc, FlowsWithoutTimestampsAreLeftAloneAndCounted) {
   EXPECT_EQ(
       e.counters().downlink_flows_in_state[static_cast<size_t>(DownlinkState::kNoTimestamps)].get(),
       1u);
+}
+
+// The default (rsfc.tuning.downlink_round_trip true): a download without timestamps runs the
+// law on the gateway's round trip. Its queue, rising to 1.5 s, is clamped as a flow with
+// timestamps is; the metrics count it once as such (not as left alone), and its decisions say
+// it has no timestamps and no uplink wait of its own (t_buff_ms, in q_down).
+TEST(EngineDownlinkRsfc, FlowsWithoutTimestampsRunOnTheGatewaysRoundTripAndAreCounted) {
+  Engine e(16, downlink_params(Policy::kRsfc));
+  const DownloadResult r = run_download(e, {.duration = 8 * kSecond, .timestamps = false});
+  ASSERT_GT(r.acks.size(), 200u);
+  size_t modified = 0;
+  for (const DownloadAck& a : r.acks) {
+    EXPECT_LE(a.window_out, a.window_in) << "never enlarged";
+    modified += a.modified ? 1 : 0;
+  }
+  EXPECT_GT(modified, r.acks.size() / 2);
+  EXPECT_GT(e.counters().downlink_windows_applied.get(), 0u);
+  EXPECT_EQ(e.counters().downlink_flows_round_trip.get(), 1u) << "once per flow";
+  EXPECT_EQ(e.counters().downlink_flows_no_timestamps.get(), 0u);
+  size_t steps = 0;
+  for (const DecisionRecord& d : r.records) {
+    if (std::string_view(d.knob) != "downlink" || std::string_view(d.state) == "startup") {
+      continue;
+    }
+    ++steps;
+    EXPECT_FALSE(d.timestamps);
+    EXPECT_TRUE(std::isnan(d.t_buff_ms)) << "unknown";
+    EXPECT_TRUE(d.has_q_down);
+  }
+  EXPECT_GT(steps, 10u);
+  // The law acted on the queue it read: cut (fast, then drain) to under a second of the link
+  // (2 Mbit/s: 250 KB). The script's sender does not answer windows (open loop), so a drain's
+  // path check then re-bases the queue as a longer path (§3.3), as it would for a phone with
+  // timestamps.
+  bool cut = false;
+  for (const DecisionRecord& d : r.records) {
+    cut = cut || (std::string_view(d.knob) == "downlink" && std::string_view(d.state) == "drain");
+  }
+  EXPECT_TRUE(cut);
+  uint64_t least = UINT64_MAX;
+  for (const DownloadAck& a : r.acks) least = std::min(least, a.window_out);
+  EXPECT_LT(least, 250000u);
 }
 
 // drwa -> rsfc -> off on a live download: the kind change starts a fresh queue regulator (in
@@ -2450,8 +2496,10 @@ TEST(EngineStartupFloor, TheHandshakeAndTheAcksBeforeAnyPayloadStartAtTheFloor) 
 
 // Where the floor does not apply, the handshake and the ACKs before any payload pass as they
 // come: the floor left at its default (64 KB, above any SYN's window); a downlink knob on a
-// handshake without timestamps (its regulator would leave the flow alone), while the uplink
-// knob (which regulates without them) still holds the SYN-ACK; knobs that are not rsfc.
+// handshake without timestamps whose regulator would leave the flow alone
+// (rsfc.downlink_round_trip false), while the uplink knob (which regulates without them)
+// still holds the SYN-ACK; knobs that are not rsfc. On the gateway's round trip (the
+// default) the downlink knob holds such a handshake too.
 TEST(EngineStartupFloor, HeldOnlyWhereARegulatorWillSteerTheFlow) {
   {
     SCOPED_TRACE("floor 0 = 64 KB");
@@ -2463,13 +2511,24 @@ TEST(EngineStartupFloor, HeldOnlyWhereARegulatorWillSteerTheFlow) {
     EXPECT_FALSE(h.ack.result.modified) << "64256 bytes: under 64 KB";
   }
   {
-    SCOPED_TRACE("no timestamps");
-    Engine e(16, floor_params());
+    SCOPED_TRACE("no timestamps, downlink_round_trip false");
+    EngineParams p = floor_params();
+    p.rsfc.downlink_round_trip = false;
+    Engine e(16, p);
     Conn c(e);
     const Handshake h = c.handshake(7, 7, false);
     EXPECT_FALSE(h.syn.result.modified) << "the downlink knob leaves a flow without timestamps";
     EXPECT_FALSE(h.ack.result.modified);
     EXPECT_EQ(h.syn_ack.view.window, 16384) << "the uplink knob regulates without them";
+  }
+  {
+    SCOPED_TRACE("no timestamps, on the gateway's round trip");
+    Engine e(16, floor_params());
+    Conn c(e);
+    const Handshake h = c.handshake(7, 7, false);
+    EXPECT_EQ(h.syn.view.window, 16384) << "the downlink knob will regulate it";
+    EXPECT_TRUE(h.ack.result.modified);
+    EXPECT_EQ(h.syn_ack.view.window, 16384);
   }
   {
     SCOPED_TRACE("static and observe");

@@ -836,8 +836,9 @@ class Simulation {
       }
     }
     const bool dlq_on = sc_.downlink_queue_regulator && now >= sc_.downlink_regulator_start;
-    // The phone's SYN, for the downlink knob (with timestamps: hold_handshake_window).
-    if (p.seg.syn() && !p.seg.ack_flag() && dlq_on && p.seg.has_ts) {
+    // The phone's SYN, for the downlink knob (with timestamps or on the gateway's round trip:
+    // hold_handshake_window).
+    if (p.seg.syn() && !p.seg.ack_flag() && dlq_on && (p.seg.has_ts || sc_.dlq.round_trip_no_ts)) {
       p.wnd = std::min(p.wnd, startup_floor_bytes(sc_.dlq.initial_window_bytes));
     }
     if (dlq_on) {

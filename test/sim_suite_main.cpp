@@ -28,8 +28,9 @@
 // swing cell; as link: with --down-swing FACTOR:PERIOD_MS), or a trace of lab/traces (e.g.
 // Verizon-EVDO-driving; RUNS start offsets spread over it, or RUNS seconds from --start on:
 // 1 MB up / 512 KB down buffers, 50 ms base round trip, 38 s with 8 s of warm-up). POLICY:
-// off, 64K, 128K, rsfc (uplink only), shipped (rsfc on both knobs; the default) or paced
-// (shipped with pacing.enabled).
+// off, 64K, 128K, rsfc (uplink only), shipped (rsfc on both knobs; the default), paced
+// (shipped with pacing.enabled) or downonly (paced with the uplink knob off: an upload rsfcd
+// does not regulate, such as QUIC).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -62,7 +63,10 @@ constexpr Policy_ kPolicies[] = {{"off", Policy::kOff, false, Policy::kOff, 0},
                                  {"128K", Policy::kStatic, false, Policy::kStatic, 131072},
                                  {"rsfc", Policy::kRsfc, false, Policy::kOff, 0},
                                  {"shipped", Policy::kRsfc, true, Policy::kRsfc, 0},
-                                 {"paced", Policy::kRsfc, true, Policy::kRsfc, 0, true}};
+                                 {"paced", Policy::kRsfc, true, Policy::kRsfc, 0, true},
+                                 // The shipped downlink knob with the uplink knob off: an
+                                 // upload rsfcd does not regulate (QUIC), EXPERIMENTS Q46.
+                                 {"downonly", Policy::kOff, true, Policy::kRsfc, 0, true}};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

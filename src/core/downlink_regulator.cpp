@@ -52,6 +52,8 @@ DownlinkQueueParams downlink_params_from(const RsfcParams& r, bool next_to_uploa
   p.startup_growth = r.startup_growth;
   p.initial_window_bytes = r.initial_window_bytes;
   p.min_window_segments = r.min_window_segments;
+  p.round_trip_no_ts = r.downlink_round_trip;
+  p.threshold_ceiling_no_ts = r.threshold_ceiling_lag;
   return p;
 }
 
@@ -64,6 +66,10 @@ double seconds(Nanos t) {
 uint32_t window_bytes(double w) {
   return w >= static_cast<double>(kNoClamp - 1) ? kNoClamp - 1 : static_cast<uint32_t>(w);
 }
+
+// A phone without timestamps on the gateway's round trip: its ACKs' TSvals are the gateway's
+// clock at their arrival, in ticks of this (a clock TickEstimator snaps to).
+constexpr Nanos kGatewayTick = 1 * kMilli;
 
 // The rate's windowed maximum covers max(1 s, 4 intervals), as DeliveredRate's.
 Nanos rate_window(Nanos interval) {
@@ -79,6 +85,10 @@ void DownlinkQueueRegulator::take_handshake(Nanos now, const DownlinkQueueParams
   if (!ts_decided_ && handshake_.synack_seen()) {
     ts_ = handshake_.syn_timestamps();
     ts_decided_ = true;
+    if (!ts_ && p.round_trip_no_ts) {
+      gw_clock_ = true;
+      up_delay_.on_sibling_tick(kGatewayTick);
+    }
   }
   if (handshake_taken_ || !handshake_.complete()) return;
   handshake_taken_ = true;
@@ -99,7 +109,7 @@ void DownlinkQueueRegulator::on_downlink_segment(Nanos now, Nanos leaves, const 
   } else {
     on_data(now, std::max(now, leaves), s, p);
   }
-  if (!ts_ || !s.has_ts) return;
+  if (!ts_ || !s.has_ts) return;  // (the server echoes no TSval of the gateway's clock)
   if (s.ack_flag() && !s.syn()) {
     if (auto sh = server_echo_.on_echo(now, s.tsecr)) server_half_min_.update(now, *sh, p.horizon);
   }
@@ -135,7 +145,7 @@ void DownlinkQueueRegulator::on_data(Nanos now, Nanos leaves, const TcpSegment& 
   if (const auto e = edge_at(now - (sh ? sh->value : 0)); e && !seq_lt(end + mss_, *e)) {
     window_used_ = true;
   }
-  if (!ts_) return;
+  if (!ts_ && !gw_clock_) return;
   // Every segment goes to the estimator (it cancels the slots a retransmission covers); only
   // one at a mark may take a slot.
   const double w = clamping_ ? window_ : static_cast<double>(startup_window(p));
@@ -162,7 +172,20 @@ void DownlinkQueueRegulator::on_uplink_segment(Nanos now, const TcpSegment& s,
   if (s.syn() && s.mss_option > 0) mss_ = s.mss_option;
   if (!ts_decided_ && !handshake_.synack_seen() && !s.syn()) ts_ = s.has_ts;  // handshake unseen
   take_handshake(now, p);
-  if (!ts_ || !s.has_ts) return;
+  if (gw_clock_) {
+    TcpSegment stamped = s;  // the gateway's clock at the arrival, as the phone's
+    stamped.has_ts = true;
+    stamped.tsval = static_cast<uint32_t>(now / kGatewayTick);
+    on_phone_segment(now, stamped, p);
+  } else if (ts_ && s.has_ts) {
+    on_phone_segment(now, s, p);
+  }
+}
+
+// A segment from the phone with its clock (TSval): its own or, without timestamps, the
+// gateway's at its arrival.
+void DownlinkQueueRegulator::on_phone_segment(Nanos now, const TcpSegment& s,
+                                              const DownlinkQueueParams& p) {
   const bool ack = s.ack_flag() && !s.syn();
   std::optional<Nanos> q, forwarded;  // q_down sample, and when its segment was forwarded
   if (ack) {
@@ -371,7 +394,7 @@ uint32_t DownlinkQueueRegulator::startup_window(const DownlinkQueueParams& p) co
 bool DownlinkQueueRegulator::step(Nanos now, const DownlinkQueueParams& p) {
   min_segments_ = p.min_window_segments;
   if (state_ == DownlinkState::kNoTimestamps) return false;
-  if (!ts_) {
+  if (!ts_ && !gw_clock_) {
     state_ = DownlinkState::kNoTimestamps;  // once: the decision log says so
     return true;
   }
@@ -424,6 +447,8 @@ DownlinkQueueRegulator::Signals DownlinkQueueRegulator::measure(Nanos now,
   const auto ph = path_min_.get(now, p.horizon);
   const auto sh = server_half_min_.get(now, p.horizon);
   s.server_half = sh ? sh->value : 0;
+  // Without the phone's clock no echo renews the server half: the handshake's is kept.
+  if (gw_clock_ && sh) server_half_min_.update(now, sh->value, p.horizon);
   if (ph) s.rtt_min = ph->value + s.server_half;
   s.threshold = threshold_for(s.rtt_min, 0, p);
   s.q_down = queue_now(now, p);
@@ -586,14 +611,16 @@ void DownlinkQueueRegulator::check_fall(Nanos now, Signals& s, bool fresh,
 Nanos DownlinkQueueRegulator::threshold_for(std::optional<Nanos> rtt_min, double rate,
                                             const DownlinkQueueParams& p) const {
   if (p.threshold) return *p.threshold;
-  const Nanos g = static_cast<Nanos>(ns_per_tick());
+  const Nanos g = gw_clock_ ? 0 : static_cast<Nanos>(ns_per_tick());
   Nanos lo =
       std::max(p.threshold_floor, static_cast<Nanos>(p.tick_multiple * static_cast<double>(g)));
   if (rate > 0) {
     const double packets = p.threshold_packets * static_cast<double>(mss_) / rate;
     lo = std::max(lo, static_cast<Nanos>(std::min(packets, 10.0) * static_cast<double>(kSecond)));
   }
-  const Nanos hi = std::max(p.threshold_ceiling, lo);
+  // On the gateway's round trip T bounds the sum of the phone's two queues, as the upload's T
+  // does (its lag holds the same sum).
+  const Nanos hi = std::max(gw_clock_ ? p.threshold_ceiling_no_ts : p.threshold_ceiling, lo);
   return std::clamp(rtt_min ? *rtt_min : lo, lo, hi);
 }
 

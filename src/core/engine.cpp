@@ -40,6 +40,7 @@ struct DownlinkSlot {
   DownlinkState counted_down_state = DownlinkState::kStartup;
   bool in_down_gauge = false;       // counted in downlink_flows_in_state[counted_down_state]
   bool counted_down_no_ts = false;  // counted in downlink_flows_no_timestamps
+  bool counted_down_rt = false;     // counted in downlink_flows_round_trip
 };
 
 struct RegulatorPools {
@@ -903,20 +904,21 @@ inline uint32_t Engine::startup_floor() const {
 }
 
 // Whether the knob in `dir` holds a flow to the startup floor before its regulator starts: an
-// rsfc knob, and for the downlink knob a flow with timestamps (without them its regulator
+// rsfc knob, and for the downlink knob a flow with timestamps or, without them, one its
+// regulator will run on the gateway's round trip (rsfc.downlink_round_trip; otherwise it
 // leaves the flow alone, NO_TIMESTAMPS).
 inline bool Engine::holds_from_handshake(Direction dir, bool timestamps) const {
   if (knob_params(dir).policy != Policy::kRsfc) return false;
-  return dir == Direction::kToSubscriber || timestamps;
+  return dir == Direction::kToSubscriber || timestamps || params_.rsfc.downlink_round_trip;
 }
 
 // A SYN's or SYN-ACK's window (never scaled) is the first right edge its receiver may send
 // to, and a right edge is never pulled back: a knob whose regulators start at the startup
 // floor has to start the flow there, or the first edge (64 KB from a Linux server, five
 // seconds of a 2G link) stands until the sender has used it. An rsfc knob holds the
-// handshake's window to the floor (the downlink knob's only on a handshake with timestamps:
-// a SYN-ACK carries them only if its SYN did). The lifecycle learnt the first edges from the
-// window as it came (learn_syn, learn_syn_ack): they are set to the one sent.
+// handshake's window to the floor (the downlink knob's without timestamps only under
+// rsfc.downlink_round_trip: a SYN-ACK carries them only if its SYN did). The lifecycle learnt the
+// first edges from the window as it came (learn_syn, learn_syn_ack): they are set to the one sent.
 inline void Engine::hold_handshake_window(std::span<uint8_t> pkt, PacketView& v, uint32_t idx,
                                           PacketMeta meta, PacketResult& r) {
   const Direction dir = r.direction;
@@ -1088,6 +1090,10 @@ void Engine::count_downlink_health(DownlinkSlot& r) {
   if (!r.counted_down_no_ts && q.fallback()) {
     r.counted_down_no_ts = true;
     counters_.downlink_flows_no_timestamps.add();
+  }
+  if (!r.counted_down_rt && q.round_trip()) {
+    r.counted_down_rt = true;
+    counters_.downlink_flows_round_trip.add();
   }
 }
 

@@ -220,8 +220,13 @@ constexpr QueueFamily<CoreCounters> kDownlinkFamilies[] = {
      &CoreCounters::downlink_windows_applied},
     {"rsfcd_downlink_flows_no_timestamps_total", "counter",
      "Flows the downlink queue regulator leaves unclamped because they carry no TCP "
-     "timestamps.",
+     "timestamps (rsfc.tuning.downlink_round_trip false, or a flow whose handshake rsfcd did "
+     "not see).",
      &CoreCounters::downlink_flows_no_timestamps},
+    {"rsfcd_downlink_flows_round_trip_total", "counter",
+     "Flows without TCP timestamps the downlink queue regulator runs on the gateway's round "
+     "trip, which holds the phone's uplink queue too (rsfc.tuning.downlink_round_trip).",
+     &CoreCounters::downlink_flows_round_trip},
     {"rsfcd_downlink_steps_held_total", "counter",
      "Control steps of the downlink queue regulator that were due but found a signal missing "
      "(no rate sample within its window, no queue or round-trip reading) and held the window "

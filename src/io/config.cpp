@@ -814,6 +814,13 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
      "phone's round trip short; alone, the download has no one to wait behind it, and on a link "
      "whose service swings a queue above that ceiling keeps it busy. Never below "
      "rsfc.threshold_ceiling_ms (0: the same)."},
+    {"downlink_round_trip", bool_field(&RsfcParams::downlink_round_trip),
+     "The downlink knob (policy rsfc) on a phone without TCP timestamps: true runs its law on "
+     "the gateway's round trip (data forwarded to the ACK that covers it), which holds the "
+     "phone's uplink queue too, with T's ceiling threshold_ceiling_lag_ms as the upload's: the "
+     "two knobs then hold the sum of the phone's two queues. false leaves such downloads "
+     "unclamped, and their uploads' lag then holds the download's whole queue. Counted in "
+     "rsfcd_downlink_flows_round_trip_total and rsfcd_downlink_flows_no_timestamps_total."},
 };
 
 // rsfc: the RSFC controller (uplink knob), the keys an operator sets.
@@ -932,8 +939,10 @@ const FieldTable<DirectionParams> kDirectionFields = {
      "- static: clamp the window to static_window_bytes (what Android does with tcp_rmem_max).\n"
      "- rsfc: Receiver-Side Flow Control (see rsfc below). On the uplink it keeps the phone's "
      "uplink buffer short; on the downlink it keeps the download's queue in the downlink "
-     "buffer short, timed on the phone's own clock (TCP timestamps; flows without them are "
-     "left alone), with the same rsfc keys (threshold_ms, growth_per_rtt, fast_target, ...).\n"
+     "buffer short, timed on the phone's own clock (TCP timestamps; for a phone without them "
+     "on the gateway's round trip, which holds both of its queues: "
+     "rsfc.tuning.downlink_round_trip), with the same rsfc keys (threshold_ms, "
+     "growth_per_rtt, fast_target, ...).\n"
      "- drwa, downlink only: Dynamic Receive Window Adjustment (see drwa below).\n"
      "Write off quoted if other tools read this file: PyYAML (YAML 1.1) reads a bare off as the "
      "boolean false. rsfcd accepts both spellings, but not false or no."},

@@ -89,7 +89,8 @@
 //   (7) DRAIN -> SLOW        the queue was seen empty; or path_check passed with the cut in
 //                            force: a queue that did not shrink is not this flow's (a longer
 //                            path, a foreign sender) and becomes the baseline
-//   (8) STARTUP -> NO_TIMESTAMPS   the handshake carried no timestamps: no clamp (see below)
+//   (8) STARTUP -> NO_TIMESTAMPS   the handshake carried no timestamps and round_trip_no_ts
+//                                  is off (or the handshake was not seen): no clamp (below)
 //   (9) DRAIN -> FAST        the link fell during the drain
 //
 // STARTUP  max(initial_window_bytes, startup_growth * in flight), in flight less the flow's
@@ -144,9 +145,18 @@
 // targets (test/downlink_regulator_test.cpp).
 //
 // Phones without timestamps: the downlink queue cannot be told from the ACKs' uplink wait
-// (the ACK round trip holds both: docs/DESIGN.md §4a), and a law acting on their sum starves
-// the download next to an upload (DRWA). Such flows are left alone (NO_TIMESTAMPS, no clamp):
-// the metrics count them.
+// (the ACK round trip holds both: docs/DESIGN.md §4a). The upload's regulator reads the same
+// sum (its window-opening lag: its ACKs wait behind the download's data), so a download left
+// alone keeps its buffer full, and the upload's law cuts itself on the download's queue and
+// starves where that buffer is deep (lab/EXPERIMENTS.md Q45). With round_trip_no_ts (the
+// default) the law runs on the gateway's own round trip instead: the phone's clock is the
+// gateway's at the ACK's arrival (1 ms ticks), so q_down is the round trip above its minimum,
+// both queues, q_up is zero, rtt the base round trip, the rate the ACKs' arrivals' (uplink
+// jitter included), and T is the upload's (threshold_ceiling_lag; the same sum held to the
+// same T by both knobs). The two knobs then hold the phone's two queues together (Q46). Not
+// paced (the pacer follows the phone's clock), no tick shared with the phone's other flows; a
+// flow adopted mid-flow, whose handshake was not seen, stays alone. Without round_trip_no_ts
+// such flows are left alone (NO_TIMESTAMPS, no clamp). The metrics count both kinds.
 //
 // Driven by the engine, per flow whose downlink policy runs it (SYN and SYN-ACK included):
 //   every segment TO the phone (server data):  on_downlink_segment(now, seg, params)
@@ -218,6 +228,9 @@ struct DownlinkQueueParams {
   bool swing_window_on = true;
   Nanos peak_half_life = 20 * kSecond;
   double back_fraction = 0.5;
+  // A phone without timestamps: the law on the gateway's round trip (the header), T's ceiling.
+  bool round_trip_no_ts = true;
+  Nanos threshold_ceiling_no_ts = 80 * kMilli;
 };
 
 // The shared constants from the uplink's RsfcParams (same meaning on the other queue).
@@ -266,22 +279,28 @@ class DownlinkQueueRegulator {
   bool timestamps() const { return ts_; }
   // The flow runs no law (no timestamps): metrics count it.
   bool fallback() const { return state_ == DownlinkState::kNoTimestamps; }
+  // No timestamps: the law runs on the gateway's round trip (the header).
+  bool round_trip() const { return gw_clock_; }
   double ns_per_tick() const { return up_delay_.tick().ns_per_tick(); }  // 0 = unknown
   // Whether the pacer may hold this flow's data: steering, on a phone clock it knows.
-  bool paceable() const { return steering() && ns_per_tick() > 0; }
+  bool paceable() const { return steering() && ns_per_tick() > 0 && !gw_clock_; }
   double tick_ms() const { return ns_per_tick() / 1e6; }
   bool tick_estimated() const {
     return up_delay_.tick().quality() == TickEstimator::Quality::kEstimated;
   }
   // The phone's tick for its other flows (TickEstimator::shareable); 0 = not yet.
-  Nanos measured_tick() const { return up_delay_.tick().shareable(); }
+  Nanos measured_tick() const { return gw_clock_ ? 0 : up_delay_.tick().shareable(); }
   // Another flow of the phone measured its tick (TickEstimator::on_sibling).
-  void sibling_tick(Nanos g) { up_delay_.on_sibling_tick(g); }
-  std::optional<Nanos> q_down() const { return last_.q_down; }  // filtered, less the offset
-  std::optional<Nanos> q_up() const { return last_.q_up; }      // the ACKs' uplink wait
-  double rate() const { return last_.rate; }                    // bytes/s, phone clock
-  double rate_now() const { return last_.rate_now; }            // last sample, bytes/s
-  std::optional<Nanos> rtt_used() const { return last_.rtt; }   // without own downlink queue
+  void sibling_tick(Nanos g) {
+    if (!gw_clock_) up_delay_.on_sibling_tick(g);
+  }
+  // Filtered, less the offset; on the gateway's round trip both queues.
+  std::optional<Nanos> q_down() const { return last_.q_down; }
+  // The ACKs' uplink wait (none on the gateway's round trip: in q_down).
+  std::optional<Nanos> q_up() const { return gw_clock_ ? std::nullopt : last_.q_up; }
+  double rate() const { return last_.rate; }                   // bytes/s, phone clock
+  double rate_now() const { return last_.rate_now; }           // last sample, bytes/s
+  std::optional<Nanos> rtt_used() const { return last_.rtt; }  // without own downlink queue
   Nanos rtt_now() const { return last_.rtt_now; }
   std::optional<Nanos> rtt_min() const { return last_.rtt_min; }
   Nanos threshold() const { return last_.threshold; }
@@ -353,6 +372,7 @@ class DownlinkQueueRegulator {
 
   // Estimators, fed by every segment.
   void take_handshake(Nanos now, const DownlinkQueueParams& p);
+  void on_phone_segment(Nanos now, const TcpSegment& s, const DownlinkQueueParams& p);
   void on_data(Nanos now, Nanos leaves, const TcpSegment& s, const DownlinkQueueParams& p);
   void on_ack(Nanos now, const TcpSegment& s, std::optional<Nanos> q,
               std::optional<Nanos> forwarded, std::optional<Nanos> up,
@@ -429,6 +449,7 @@ class DownlinkQueueRegulator {
   Nanos offset_at_ = 0;
   uint32_t mss_ = kDefaultMss;
   bool ts_ = false;
+  bool gw_clock_ = false;  // no timestamps: the phone's clock is the gateway's (round_trip())
   bool ts_decided_ = false;
   bool handshake_taken_ = false;
   bool ack_known_ = false;

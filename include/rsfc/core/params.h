@@ -45,6 +45,10 @@ struct RsfcParams {
   // (Engine::phone_uploads), where it is above threshold_ceiling (0: never). Next to an
   // upload, threshold_ceiling holds.
   Nanos threshold_ceiling_download_alone = 80 * kMilli;
+  // The downlink knob on a phone without timestamps: true runs its law on the gateway's round
+  // trip (both of the phone's queues; T as the upload's, threshold_ceiling_lag), false leaves
+  // such a download unclamped (downlink_regulator.h).
+  bool downlink_round_trip = true;
   Nanos min_window_horizon = 10 * kSecond;     // sliding window for min(d) and RTT_min
   Nanos tbuff_filter = 200 * kMilli;           // short windowed minimum on t_buff samples
   Nanos control_interval_floor = 20 * kMilli;  // time base floor for "per RTT" steps
