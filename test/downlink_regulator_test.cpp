@@ -170,6 +170,7 @@ TEST(DownlinkQueueRegulator, WithoutTimestampsRunsOnTheGatewaysRoundTrip) {
   EXPECT_FALSE(reg.timestamps());
   EXPECT_FALSE(reg.paceable());
   EXPECT_EQ(reg.measured_tick(), 0) << "no phone tick to share";
+  EXPECT_EQ(reg.tick_ms(), 0.0) << "nor one to log";
   ASSERT_FALSE(before.empty());
   ASSERT_FALSE(during.empty());
   ASSERT_FALSE(after.empty());

@@ -2070,6 +2070,7 @@ TEST(EngineDownlinkRsfc, FlowsWithoutTimestampsRunOnTheGatewaysRoundTripAndAreCo
     ++steps;
     EXPECT_FALSE(d.timestamps);
     EXPECT_TRUE(std::isnan(d.t_buff_ms)) << "unknown";
+    EXPECT_EQ(d.tick_ms, 0.0) << "no phone clock";
     EXPECT_TRUE(d.has_q_down);
   }
   EXPECT_GT(steps, 10u);

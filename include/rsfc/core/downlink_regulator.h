@@ -284,7 +284,8 @@ class DownlinkQueueRegulator {
   double ns_per_tick() const { return up_delay_.tick().ns_per_tick(); }  // 0 = unknown
   // Whether the pacer may hold this flow's data: steering, on a phone clock it knows.
   bool paceable() const { return steering() && ns_per_tick() > 0 && !gw_clock_; }
-  double tick_ms() const { return ns_per_tick() / 1e6; }
+  // The phone's tick (0 = unknown; none on the gateway's round trip, whose clock is ours).
+  double tick_ms() const { return gw_clock_ ? 0.0 : ns_per_tick() / 1e6; }
   bool tick_estimated() const {
     return up_delay_.tick().quality() == TickEstimator::Quality::kEstimated;
   }
