@@ -50,25 +50,34 @@ TEST(DownlinkQueueRegulator, SharedConstantsComeFromRsfcParams) {
 // A handshake without timestamps, with the gateway's round trip switched off
 // (round_trip_no_ts false): the flow is left alone, and says so once (one logged step, the
 // fallback read-out the metrics count).
-TEST(DownlinkQueueRegulator, WithoutTimestampsNoClampAndSaysSo) {
-  DownlinkQueueRegulator reg;
-  DownlinkQueueParams p;
-  p.round_trip_no_ts = false;
+// A handshake without timestamps: the phone's SYN at 0, the SYN-ACK (server ISN `isn`) at
+// `synack_at`, the phone's ACK at `ack_at`. Returns that ACK.
+TcpSegment open_without_timestamps(DownlinkQueueRegulator& reg, const DownlinkQueueParams& p,
+                                   uint32_t isn, Nanos synack_at, Nanos ack_at) {
   TcpSegment syn;
   syn.seq = 1000;
   syn.flags = tcpflag::kSyn;
   syn.mss_option = 1460;
   reg.on_uplink_segment(0, syn, p);
   TcpSegment synack;
-  synack.seq = 5000;
+  synack.seq = isn;
   synack.ack = 1001;
   synack.flags = tcpflag::kSyn | tcpflag::kAck;
-  reg.on_downlink_segment(10 * kMilli, synack, p);
+  synack.mss_option = 1460;
+  reg.on_downlink_segment(synack_at, synack, p);
   TcpSegment ack;
   ack.seq = 1001;
-  ack.ack = 5001;
+  ack.ack = isn + 1;
   ack.flags = tcpflag::kAck;
-  reg.on_uplink_segment(20 * kMilli, ack, p);
+  reg.on_uplink_segment(ack_at, ack, p);
+  return ack;
+}
+
+TEST(DownlinkQueueRegulator, WithoutTimestampsNoClampAndSaysSo) {
+  DownlinkQueueRegulator reg;
+  DownlinkQueueParams p;
+  p.round_trip_no_ts = false;
+  TcpSegment ack = open_without_timestamps(reg, p, 5000, 10 * kMilli, 20 * kMilli);
   const WindowDecision first = reg.target_window(20 * kMilli, p);
   EXPECT_TRUE(first.stepped);
   EXPECT_EQ(first.window, kNoClamp);
@@ -109,22 +118,7 @@ TEST(DownlinkQueueRegulator, WithoutTimestampsRunsOnTheGatewaysRoundTrip) {
   const DownlinkQueueParams p;
   ASSERT_TRUE(p.round_trip_no_ts);
   const Nanos server = 40 * kMilli, phone_side = 50 * kMilli;
-  TcpSegment syn;
-  syn.seq = 1000;
-  syn.flags = tcpflag::kSyn;
-  syn.mss_option = 1460;
-  reg.on_uplink_segment(0, syn, p);
-  TcpSegment synack;
-  synack.seq = 7000;
-  synack.ack = 1001;
-  synack.flags = tcpflag::kSyn | tcpflag::kAck;
-  synack.mss_option = 1460;
-  reg.on_downlink_segment(server, synack, p);
-  TcpSegment ack;
-  ack.seq = 1001;
-  ack.ack = 7001;
-  ack.flags = tcpflag::kAck;
-  reg.on_uplink_segment(server + phone_side, ack, p);
+  const TcpSegment ack = open_without_timestamps(reg, p, 7000, server, server + phone_side);
   (void)reg.target_window(server + phone_side, p);
   const auto extra = [](Nanos t) {
     return t >= 8 * kSecond && t < 12 * kSecond ? 120 * kMilli : 0;
