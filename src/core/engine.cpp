@@ -905,7 +905,7 @@ inline uint32_t Engine::startup_floor() const {
 
 // Whether the knob in `dir` holds a flow to the startup floor before its regulator starts: an
 // rsfc knob, and for the downlink knob a flow with timestamps or, without them, one its
-// regulator will run on the gateway's round trip (rsfc.downlink_round_trip; otherwise it
+// regulator will run on the gateway's round trip (rsfc.tuning.downlink_round_trip; otherwise it
 // leaves the flow alone, NO_TIMESTAMPS).
 inline bool Engine::holds_from_handshake(Direction dir, bool timestamps) const {
   if (knob_params(dir).policy != Policy::kRsfc) return false;
@@ -917,8 +917,9 @@ inline bool Engine::holds_from_handshake(Direction dir, bool timestamps) const {
 // floor has to start the flow there, or the first edge (64 KB from a Linux server, five
 // seconds of a 2G link) stands until the sender has used it. An rsfc knob holds the
 // handshake's window to the floor (the downlink knob's without timestamps only under
-// rsfc.downlink_round_trip: a SYN-ACK carries them only if its SYN did). The lifecycle learnt the
-// first edges from the window as it came (learn_syn, learn_syn_ack): they are set to the one sent.
+// rsfc.tuning.downlink_round_trip: a SYN-ACK carries them only if its SYN did). The lifecycle
+// learnt the first edges from the window as it came (learn_syn, learn_syn_ack): they are set to the
+// one sent.
 inline void Engine::hold_handshake_window(std::span<uint8_t> pkt, PacketView& v, uint32_t idx,
                                           PacketMeta meta, PacketResult& r) {
   const Direction dir = r.direction;

@@ -151,10 +151,13 @@
 // starves where that buffer is deep (lab/EXPERIMENTS.md Q45). With round_trip_no_ts (the
 // default) the law runs on the gateway's own round trip instead: the phone's clock is the
 // gateway's at the ACK's arrival (1 ms ticks), so q_down is the round trip above its minimum,
-// both queues, q_up is zero, rtt the base round trip, the rate the ACKs' arrivals' (uplink
-// jitter included), and T is the upload's (threshold_ceiling_lag; the same sum held to the
-// same T by both knobs). The two knobs then hold the phone's two queues together (Q46). Not
-// paced (the pacer follows the phone's clock), no tick shared with the phone's other flows; a
+// both queues (no q_up: it is in q_down), rtt the base round trip, the rate the ACKs'
+// arrivals' (uplink jitter included), the server half the handshake's for the flow's life (no
+// echo renews it), and T is the upload's (threshold_ceiling_no_ts, from threshold_ceiling_lag:
+// the same sum held to the same T by both knobs). The two knobs then hold the phone's two
+// queues together (Q46); how they share the sum follows how the flows started. Not paced (the
+// pacer follows the phone's clock), no tick shared with or taken from the phone's other flows
+// (tick_ms() 0); the engine holds the handshake to the startup floor as with timestamps; a
 // flow adopted mid-flow, whose handshake was not seen, stays alone. Without round_trip_no_ts
 // such flows are left alone (NO_TIMESTAMPS, no clamp). The metrics count both kinds.
 //
@@ -299,8 +302,8 @@ class DownlinkQueueRegulator {
   std::optional<Nanos> q_down() const { return last_.q_down; }
   // The ACKs' uplink wait (none on the gateway's round trip: in q_down).
   std::optional<Nanos> q_up() const { return gw_clock_ ? std::nullopt : last_.q_up; }
-  double rate() const { return last_.rate; }                   // bytes/s, phone clock
-  double rate_now() const { return last_.rate_now; }           // last sample, bytes/s
+  double rate() const { return last_.rate; }          // bytes/s, phone clock (or the gateway's)
+  double rate_now() const { return last_.rate_now; }  // last sample, bytes/s
   std::optional<Nanos> rtt_used() const { return last_.rtt; }  // without own downlink queue
   Nanos rtt_now() const { return last_.rtt_now; }
   std::optional<Nanos> rtt_min() const { return last_.rtt_min; }
