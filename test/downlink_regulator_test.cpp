@@ -660,6 +660,20 @@ TEST_P(SimDownlinkQueue, TimestamplessPhoneOnTheGatewaysRoundTrip) {
   EXPECT_GE(median(up_q), 0.9 * median(up_off));
 }
 
+// The parameters a round-trip download steps with while its phone's upload is short: T's
+// ceiling on the round trip halved, every other constant as it was (and the floor under it).
+TEST(DownlinkQueueParamsTest, YieldingToTheUploadHalvesTheRoundTripsCeilingOnly) {
+  const DownlinkQueueParams p = downlink_params_from(RsfcParams{});
+  const DownlinkQueueParams y = yielding_to_upload(p);
+  EXPECT_EQ(y.threshold_ceiling_no_ts, p.threshold_ceiling_no_ts / 2);
+  EXPECT_EQ(y.threshold_ceiling, p.threshold_ceiling) << "flows with timestamps: as they were";
+  EXPECT_EQ(y.threshold_floor, std::min(p.threshold_floor, y.threshold_ceiling_no_ts));
+  EXPECT_EQ(y.min_refresh, p.min_refresh);
+  DownlinkQueueParams low = p;
+  low.threshold_ceiling_no_ts = 30 * kMilli;  // under the 20 ms floor once halved
+  EXPECT_EQ(yielding_to_upload(low).threshold_floor, 15 * kMilli);
+}
+
 // (d') The same phone where both buffers are deep (0.5 / 2 Mbit/s, 100 ms, 4 s of buffer each
 // way), an rsfc upload next to the download. Left alone (round_trip_no_ts false), the download
 // fills its buffer, the upload's lag reads those seconds as its own queue, and its law starves
@@ -1158,6 +1172,32 @@ TEST(SimDownlinkPacing, TwoGUnderBothTransfersMeetsTheTarget) {
   EXPECT_LT(median(p95), 1000.0);
   EXPECT_GT(median(dl), 0.8);
   EXPECT_GT(median(ul), 0.8);
+}
+
+// (g') A phone without timestamps next to its own upload on 2 / 7.2 Mbit/s at 150 ms (deep
+// buffers), the shipped configuration. Both knobs hold one sum, the round trip, and two laws
+// on one sum share it as the flows' start left them: here the download kept its buffer and
+// the upload 48 % of its rate alone. The download now gives way while the phone's regulated
+// upload delivers under 0.85 of its best second (SubscriberUplink::short_of_best,
+// yielding_to_upload; lab/EXPERIMENTS.md Q47).
+// Hypothesis: the upload keeps at least 65 % of its rate alone, the download at least 75 % of
+// its own, and the phone's p95 under both falls below the unregulated download alone's.
+// Killed by any of them.
+TEST(SimDownlinkPacing, TimestamplessDownloadGivesWayToItsPhonesShortUpload) {
+  auto with = [](int uploads, int downloads, bool regulated) {
+    Scenario x = sim::constant_link(2e6, 7.2e6, 150 * kMilli);
+    x.phone_timestamps = false;
+    x.uploads = uploads;
+    x.downloads = downloads;
+    return simulate_shipped(x, regulated);
+  };
+  const Result down0 = with(0, 1, false), up0 = with(1, 0, false), both = with(1, 1, true);
+  std::printf("    2/7.2 Mbit/s, 150 ms, no TS: dl %.0f %% ul %.0f %%, p95 %.0f ms (%.0f alone)\n",
+              100 * both.download_bps / down0.download_bps, 100 * both.upload_bps / up0.upload_bps,
+              both.ping_p95_ms, down0.ping_p95_ms);
+  EXPECT_GE(both.upload_bps, 0.65 * up0.upload_bps);
+  EXPECT_GE(both.download_bps, 0.75 * down0.download_bps);
+  EXPECT_LT(both.ping_p95_ms, down0.ping_p95_ms);
 }
 
 // (h) Buffers shallower than the bandwidth-delay product: the queue never reaches T, the

@@ -1519,6 +1519,9 @@ struct Download {
   Nanos upload_until = 0;
   uint32_t upload_bytes = 1448;
   Nanos upload_gap = 10 * kMilli;
+  // From this long after the SYN on (0: never), upload_slow_gap between the upload's segments.
+  Nanos upload_slow_from = 0;
+  Nanos upload_slow_gap = 0;
   // TSval of the download's handshake ACK (at 44 ms; the SYN's is 1000 at 0). 1044: a 1 ms
   // clock through an empty uplink, the handshake gives the tick. Smaller: the SYN waited
   // behind an upload longer than the ACK, and the handshake gives none.
@@ -1553,7 +1556,11 @@ DownloadResult run_download(Engine& e, const Download& o) {
   uint32_t uploaded = 0;
   Nanos upload_next = t0 + 50 * kMilli;
   auto upload = [&](Nanos until) {
-    for (; upload_next <= until && upload_next < t0 + o.upload_until; upload_next += o.upload_gap) {
+    for (; upload_next <= until &&
+                   upload_next<t0 + o.upload_until; upload_next += o.upload_slow_from> 0 &&
+                   upload_next >= t0 + o.upload_slow_from
+               ? o.upload_slow_gap
+               : o.upload_gap) {
       process({.src = phone,
                .dst = server,
                .sport = 40001,
@@ -2086,6 +2093,42 @@ TEST(EngineDownlinkRsfc, FlowsWithoutTimestampsRunOnTheGatewaysRoundTripAndAreCo
   uint64_t least = UINT64_MAX;
   for (const DownloadAck& a : r.acks) least = std::min(least, a.window_out);
   EXPECT_LT(least, 250000u);
+}
+
+// A phone without timestamps, both knobs under rsfc: its download runs on the gateway's round
+// trip next to its regulated upload (1448 bytes every 10 ms). While the upload keeps its pace
+// the download steps as it would; from the first whole second the upload delivers at half of
+// it (a segment every 20 ms from 7 s after the SYN), the download's steps give way
+// (yielding_to_upload: T's ceiling halved) and are counted.
+TEST(EngineDownlinkRsfc, ARoundTripDownloadGivesWayWhileItsPhonesUploadIsShort) {
+  EngineParams p = downlink_params(Policy::kRsfc);
+  p.uplink.policy = Policy::kRsfc;
+  const Download steady{
+      .duration = 12 * kSecond, .timestamps = false, .upload_until = 12 * kSecond};
+  Engine a(16, p);
+  run_download(a, steady);
+  EXPECT_EQ(a.counters().downlink_flows_round_trip.get(), 1u);
+  EXPECT_EQ(a.counters().downlink_steps_yielded.get(), 0u) << "the upload keeps its pace";
+
+  Download slowed = steady;
+  slowed.upload_slow_from = 7 * kSecond;
+  slowed.upload_slow_gap = 20 * kMilli;
+  uint64_t yielded_before = 0;
+  slowed.hooks = {{8 * kSecond, [&](Engine& eng) {
+                     yielded_before = eng.counters().downlink_steps_yielded.get();
+                   }}};
+  Engine b(16, p);
+  const DownloadResult r = run_download(b, slowed);
+  EXPECT_EQ(yielded_before, 0u) << "not before a whole second at the slower pace";
+  EXPECT_GT(b.counters().downlink_steps_yielded.get(), 3u);
+  for (const DownloadAck& ack : r.acks) EXPECT_LE(ack.window_out, ack.window_in);
+  // With timestamps the download reads its own queue: it never gives way.
+  Download with_ts = slowed;
+  with_ts.timestamps = true;
+  with_ts.hooks = {};
+  Engine c(16, p);
+  run_download(c, with_ts);
+  EXPECT_EQ(c.counters().downlink_steps_yielded.get(), 0u);
 }
 
 // drwa -> rsfc -> off on a live download: the kind change starts a fresh queue regulator (in

@@ -117,6 +117,7 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
   core3.downlink_windows_applied.add(21);
   core7.downlink_flows_no_timestamps.add(3);
   core3.downlink_flows_round_trip.add(5);
+  core7.downlink_steps_yielded.add(8);
   core3.downlink_steps_held.add(11);
   core3.regulator_pool_used[static_cast<size_t>(Knob::kUplink)].set(17);
   core7.regulator_pool_full[static_cast<size_t>(Knob::kDownlink)].add(9);
@@ -166,6 +167,9 @@ TEST_F(RenderTest, CountersAppearWithTheirLabels) {
            "rsfcd_downlink_flows_round_trip_total{queue=\"3\"} 5",
            "rsfcd_downlink_flows_round_trip_total{queue=\"7\"} 0",
            "# TYPE rsfcd_downlink_flows_round_trip_total counter",
+           "rsfcd_downlink_steps_yielded_total{queue=\"3\"} 0",
+           "rsfcd_downlink_steps_yielded_total{queue=\"7\"} 8",
+           "# TYPE rsfcd_downlink_steps_yielded_total counter",
            "rsfcd_downlink_steps_held_total{queue=\"3\"} 11",
            "rsfcd_downlink_steps_held_total{queue=\"7\"} 0",
            "# TYPE rsfcd_downlink_steps_held_total counter",

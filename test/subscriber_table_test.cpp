@@ -219,6 +219,41 @@ TEST(SubscriberUplink, ABulkUploadIsNotAKeepalive) {
   EXPECT_FALSE(burst.uploads_bulk(2 * kSecond + kMilli + 1));
 }
 
+// A round-trip download gives way while its phone's regulated uploads deliver short of their
+// link (Engine::downlink_target): the last whole second under 0.85 of the best whole second
+// of the 5-10 s before. A steady upload is never short; a slower second, or a silent one, is;
+// a best older than that, or none yet, says nothing.
+TEST(SubscriberUplink, ShortOfBestWhenTheLastSecondDeliveredUnderItsRecentBest) {
+  const Nanos iv = 100 * kMilli;
+  SubscriberUplink u;
+  EXPECT_FALSE(u.short_of_best(0)) << "nothing delivered";
+  const Nanos t0 = 2 * kSecond + 300 * kMilli;  // from the middle of an epoch
+  Nanos t = t0;
+  for (; t < t0 + 12 * kSecond; t += 10 * kMilli) {  // 144,800 bytes a second
+    u.on_delivered(t, 1448, iv);
+    EXPECT_FALSE(u.short_of_best(t)) << "steady, at " << t - t0;
+  }
+  // Half the rate from 14.3 s: the second from 14 s delivers 65 % of the best (30 segments
+  // at the old rate, 35 at the new), and from 15 s on the last whole second is short.
+  const Nanos slow_from = t;
+  for (; t < slow_from + 4 * kSecond; t += 20 * kMilli) {
+    u.on_delivered(t, 1448, iv);
+    EXPECT_EQ(u.short_of_best(t), t >= 15 * kSecond) << "at " << t - slow_from;
+  }
+  // 90 % of the best is not short of it.
+  SubscriberUplink near;
+  for (Nanos v = 0; v < 8 * kSecond; v += 10 * kMilli) near.on_delivered(v, 1448, iv);
+  for (Nanos v = 8 * kSecond; v < 11 * kSecond; v += 11 * kMilli) near.on_delivered(v, 1448, iv);
+  EXPECT_FALSE(near.short_of_best(11 * kSecond));
+  // Silence: the last whole second delivered nothing, while the best is recent.
+  const Nanos last = t - 20 * kMilli;
+  EXPECT_TRUE(u.short_of_best(last + 2 * kSecond));
+  // A best more than 10 s old is no reference: a keepalive after it is not short.
+  u.on_delivered(last + 15 * kSecond, 517, iv);
+  EXPECT_FALSE(u.short_of_best(last + 15 * kSecond));
+  EXPECT_FALSE(u.short_of_best(last + 16 * kSecond + 1)) << "its own second is its best";
+}
+
 // The phone's tick, noted by one of its regulated flows, is read by the others; it goes with
 // the shared state when the last regulator lets go, and only whole milliseconds are kept.
 TEST(SubscriberTable, ThePhonesTickGoesWithItsSharedState) {

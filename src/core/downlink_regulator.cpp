@@ -57,6 +57,14 @@ DownlinkQueueParams downlink_params_from(const RsfcParams& r, bool next_to_uploa
   return p;
 }
 
+DownlinkQueueParams yielding_to_upload(const DownlinkQueueParams& p) {
+  DownlinkQueueParams y = p;
+  y.threshold_ceiling_no_ts =
+      static_cast<Nanos>(kYieldNoTs * static_cast<double>(p.threshold_ceiling_no_ts));
+  y.threshold_floor = std::min(p.threshold_floor, y.threshold_ceiling_no_ts);
+  return y;
+}
+
 namespace {
 
 double seconds(Nanos t) {

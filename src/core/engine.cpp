@@ -258,6 +258,7 @@ Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_see
     : params_(params),
       down_params_(downlink_params_from(params.rsfc)),
       down_params_alone_(downlink_params_from(params.rsfc, false)),
+      down_params_yield_(yielding_to_upload(down_params_)),
       flows_(std::make_unique<FlowTable>(flows_max, hash_seed)),
       // One entry per tracked flow at most, plus the one of a flow being added to a full table;
       // a shared uplink state per uplink regulator at most.
@@ -293,6 +294,7 @@ void Engine::set_params(const EngineParams& params) {
   params_ = params;
   down_params_ = downlink_params_from(params_.rsfc);
   down_params_alone_ = downlink_params_from(params_.rsfc, false);
+  down_params_yield_ = yielding_to_upload(down_params_);
 }
 
 size_t Engine::active_flows() const {
@@ -1060,15 +1062,26 @@ bool Engine::bulk_other_way(const Flow& f, Direction dir, const PacketView& v) {
 
 // The downlink knob's regulator's target (no clamp before its first segment); `release` as
 // for DownlinkQueueRegulator::target_window(). A download whose phone uploads nothing steps
-// with rsfc.tuning.threshold_ceiling_download_alone_ms's ceiling, where that is higher.
+// with rsfc.tuning.threshold_ceiling_download_alone_ms's ceiling, where that is higher; one on
+// the gateway's round trip whose phone's upload is short of its link, with a lower one.
 WindowDecision Engine::downlink_target(const Flow& f, DownlinkSlot& r, Nanos now, bool release) {
   if (auto* q = std::get_if<DownlinkQueueRegulator>(&r.down)) {
-    // Only a step reads the ceiling: the subscriber's upload state is looked up for it alone.
-    const bool alone = down_params_alone_.threshold_ceiling != down_params_.threshold_ceiling &&
-                       q->step_due(now) && !phone_uploads(f.owner, now);
-    const WindowDecision d =
-        q->target_window(now, alone ? down_params_alone_ : down_params_, release);
+    // Only a step reads the ceilings: the subscriber's upload state is looked up for it alone.
+    // On the gateway's round trip the download gives way while the phone's regulated upload
+    // delivers short of its link (yielding_to_upload()).
+    const DownlinkQueueParams* p = &down_params_;
+    const bool two_ceilings =
+        down_params_alone_.threshold_ceiling != down_params_.threshold_ceiling;
+    if ((two_ceilings || q->round_trip()) && q->step_due(now)) {
+      if (!phone_uploads(f.owner, now)) {
+        if (two_ceilings) p = &down_params_alone_;
+      } else if (q->round_trip() && subscribers_->at(f.owner).short_of_best(now)) {
+        p = &down_params_yield_;
+      }
+    }
+    const WindowDecision d = q->target_window(now, *p, release);
     if (d.held) counters_.downlink_steps_held.add();
+    if (p == &down_params_yield_) counters_.downlink_steps_yielded.add();
     count_downlink_health(r);
     return d;
   }

@@ -227,6 +227,12 @@ constexpr QueueFamily<CoreCounters> kDownlinkFamilies[] = {
      "Flows without TCP timestamps the downlink queue regulator runs on the gateway's round "
      "trip, which holds the phone's uplink queue too (rsfc.tuning.downlink_round_trip).",
      &CoreCounters::downlink_flows_round_trip},
+    {"rsfcd_downlink_steps_yielded_total", "counter",
+     "Control steps of downloads on the gateway's round trip taken with T's ceiling halved "
+     "because the phone's regulated upload delivered under 0.85 of its best second of the "
+     "last 5-10 s: the download gives the upload room in the sum of queues both knobs hold "
+     "(docs/DESIGN.md §4a).",
+     &CoreCounters::downlink_steps_yielded},
     {"rsfcd_downlink_steps_held_total", "counter",
      "Control steps of the downlink queue regulator that were due but found a signal missing "
      "(no rate sample within its window, no queue or round-trip reading) and held the window "

@@ -241,6 +241,14 @@ struct DownlinkQueueParams {
 // the auto-T ceiling is r.threshold_ceiling_download_alone when that is higher.
 DownlinkQueueParams downlink_params_from(const RsfcParams& r, bool next_to_upload = true);
 
+// On the gateway's round trip both knobs of the phone hold one sum of its two queues, and two
+// laws on one sum have no rule of their own for how they share it. While the phone's regulated
+// upload delivers short of its link (SubscriberUplink::short_of_best(), the uplink's own
+// reading on the gateway's clock), the download steps with these: T's ceiling times
+// kYieldNoTs, so that the download gives the upload room in the sum (lab/EXPERIMENTS.md Q47).
+constexpr double kYieldNoTs = 0.5;
+DownlinkQueueParams yielding_to_upload(const DownlinkQueueParams& p);
+
 class DownlinkQueueRegulator {
  public:
   static constexpr uint32_t kDefaultMss = 1460;

@@ -117,6 +117,7 @@ struct CoreCounters {
   Counter downlink_windows_applied;
   Counter downlink_flows_no_timestamps;  // flows it leaves alone: no TCP timestamps
   Counter downlink_flows_round_trip;     // no TCP timestamps: on the gateway's round trip
+  Counter downlink_steps_yielded;        // ... steps that gave way to the phone's short upload
   Counter downlink_steps_held;           // steps due without a signal: the window held
   Counter downlink_packets_paced;        // packets to phones given a later release (pacing)
 };

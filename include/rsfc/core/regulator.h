@@ -98,6 +98,34 @@ class SubscriberUplink {
   uint32_t active(Nanos now) const {
     return std::max<uint32_t>(reported(epoch_of(now) - epoch_), 1);
   }
+  // Whether the members delivered less in the last whole epoch (1 s) than kShortFraction of
+  // their best whole epoch of the 5-10 s before: the uplink is not full. On the gateway's
+  // round trip a phone's two knobs hold one sum of its two queues, and this is the uplink's
+  // own reading (data arriving from the phone, on the gateway's clock): the download's knob
+  // gives way while it says so (Engine::downlink_target, lab/EXPERIMENTS.md Q47). False
+  // before a best is known.
+  static constexpr double kShortFraction = 0.85;
+  static constexpr uint32_t kEpochsPerBest = 5;  // best_[0] covers this many epochs
+  bool short_of_best(Nanos now) const {
+    const uint32_t e = epoch_of(now);
+    const uint32_t behind = e - epoch_;
+    // The last whole epoch, e - 1: the one before epoch_, epoch_ itself, or one without a
+    // delivery.
+    const uint32_t ended = seq_ - start_[kMarks - 1];  // epoch_'s bytes
+    const uint32_t last = behind == 0   ? start_[kMarks - 1] - start_[kMarks - 2]
+                          : behind == 1 ? ended
+                                        : 0;
+    // The best of the last whole epoch's block and the block before: best_[0] is epoch_'s
+    // block, best_[1] the one before it (epoch_'s own bytes are in neither until it ends).
+    const auto d = static_cast<int32_t>((e - 1) / kEpochsPerBest - epoch_ / kEpochsPerBest);
+    uint64_t best = 0;  // bytes
+    if (d == 0 || d == 1) {
+      best = uint64_t{best_[0]} * kBestUnit;
+      if (behind >= 1) best = std::max<uint64_t>(best, ended);
+    }
+    if (d == 0 || d == -1) best = std::max<uint64_t>(best, uint64_t{best_[1]} * kBestUnit);
+    return best > 0 && static_cast<double>(last) < kShortFraction * static_cast<double>(best);
+  }
 
  private:
   static constexpr uint32_t kMarks = 3;
@@ -114,19 +142,35 @@ class SubscriberUplink {
   void roll(uint32_t e) {
     const uint32_t d = e - epoch_;
     if (d == 0) return;
+    // The epoch that ended goes into the best of its block (short_of_best()).
+    const uint32_t units = (seq_ - start_[kMarks - 1]) / kBestUnit;
+    best_[0] = std::max(best_[0], static_cast<uint16_t>(std::min<uint32_t>(units, 0xffff)));
+    const uint32_t from = epoch_ / kEpochsPerBest, to = e / kEpochsPerBest;
+    if (to != from) {
+      best_[1] = to - from == 1 ? best_[0] : 0;
+      best_[0] = 0;
+    }
     active_[1] = d == 1 ? active_[0] : 0;
     active_[0] = 0;
     for (uint32_t i = 0; i < kMarks; ++i) start_[i] = i + d < kMarks ? start_[i + d] : seq_;
     epoch_ = e;
   }
 
-  DeliveredRate rate_;  // fed with a running byte count as its sequence
+  static constexpr uint32_t kBestUnit = 256;  // best_: bytes per unit (16 MB a second at most)
+
+  // [[no_unique_address]]: the members below start in DeliveredRate's tail padding, so that
+  // best_ costs no byte (a million flows' state stays within issue 17's 512 MiB).
+  [[no_unique_address]] DeliveredRate rate_;  // fed with a running byte count as its sequence
   uint32_t seq_ = 0;
   // uploads_bulk(): seq_ when the epoch two before the current one, the previous one and the
   // current one began (oldest first).
   uint32_t start_[kMarks] = {0, 0, 0};
   uint32_t epoch_ = ~uint32_t{0};  // the latest epoch a delivery or a report came in
   uint16_t active_[2] = {0, 0};    // members seen in the current / previous epoch (saturating)
+  // short_of_best(): the most bytes a whole epoch delivered, in kBestUnit, in the block of
+  // kEpochsPerBest epochs that epoch_ is in and in the block before it.
+  uint16_t best_[2] = {0, 0};
 };
+static_assert(sizeof(SubscriberUplink) == sizeof(DeliveredRate) + 24);
 
 }  // namespace rsfc
