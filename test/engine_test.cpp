@@ -1555,12 +1555,13 @@ DownloadResult run_download(Engine& e, const Download& o) {
   }
   uint32_t uploaded = 0;
   Nanos upload_next = t0 + 50 * kMilli;
+  auto upload_gap = [&](Nanos at) {
+    return o.upload_slow_from > 0 && at >= t0 + o.upload_slow_from ? o.upload_slow_gap
+                                                                   : o.upload_gap;
+  };
   auto upload = [&](Nanos until) {
-    for (; upload_next <= until &&
-                   upload_next<t0 + o.upload_until; upload_next += o.upload_slow_from> 0 &&
-                   upload_next >= t0 + o.upload_slow_from
-               ? o.upload_slow_gap
-               : o.upload_gap) {
+    const Nanos end = t0 + o.upload_until;
+    for (; upload_next <= until && upload_next < end; upload_next += upload_gap(upload_next)) {
       process({.src = phone,
                .dst = server,
                .sport = 40001,
