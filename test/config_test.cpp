@@ -147,6 +147,7 @@ rsfc:
     threshold_ceiling_lag_ms: 120
     threshold_ceiling_download_alone_ms: 90
     downlink_round_trip: false
+    downlink_yield: 0.75
 drwa: { alpha: 0.5, lambda: 2.25 }
 pacing: { gain: 1.2, max_hold_ms: 80, sample_ms: 25, horizon_s: 1.5, burst_bytes: 1448,
           next_to_upload_only: true }
@@ -206,6 +207,7 @@ TEST(Config, EveryKeyMapsToItsField) {
   EXPECT_EQ(c.params.rsfc.threshold_ceiling_lag, 120 * kMilli);
   EXPECT_EQ(c.params.rsfc.threshold_ceiling_download_alone, 90 * kMilli);
   EXPECT_FALSE(c.params.rsfc.downlink_round_trip);
+  EXPECT_EQ(c.params.rsfc.downlink_yield, 0.75);
   EXPECT_EQ(c.params.drwa.alpha, 0.5);
   EXPECT_EQ(c.params.drwa.lambda, 2.25);
   EXPECT_FALSE(c.params.pacing.enabled);  // with downlink drwa it may not be set true
@@ -365,6 +367,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.threshold_ceiling_lag, dp.rsfc.threshold_ceiling_lag);
   EXPECT_EQ(p.rsfc.threshold_ceiling_download_alone, dp.rsfc.threshold_ceiling_download_alone);
   EXPECT_EQ(p.rsfc.downlink_round_trip, dp.rsfc.downlink_round_trip);
+  EXPECT_EQ(p.rsfc.downlink_yield, dp.rsfc.downlink_yield);
   EXPECT_EQ(p.rsfc.min_window_horizon, dp.rsfc.min_window_horizon);
   EXPECT_EQ(p.rsfc.tbuff_filter, dp.rsfc.tbuff_filter);
   EXPECT_EQ(p.rsfc.control_interval_floor, dp.rsfc.control_interval_floor);
@@ -489,8 +492,9 @@ TEST(ConfigPrint, RsfcKeysAndTuningBlock) {
                                       "refresh_holdoff",
                                       "threshold_ceiling_lag_ms",
                                       "threshold_ceiling_download_alone_ms",
-                                      "downlink_round_trip"}));
-  EXPECT_EQ(all.size(), shipped.size() + 25);  // tuning and its keys: nothing else differs
+                                      "downlink_round_trip",
+                                      "downlink_yield"}));
+  EXPECT_EQ(all.size(), shipped.size() + 26);  // tuning and its keys: nothing else differs
 }
 
 // Printing and reading go through the same table: a printed configuration reads back as

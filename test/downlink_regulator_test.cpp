@@ -36,6 +36,7 @@ TEST(DownlinkQueueRegulator, SharedConstantsComeFromRsfcParams) {
   r.fast_target = 0.5;
   r.min_refresh = 4 * kSecond;
   r.monitor_after_steps = 5;
+  r.downlink_yield = 0.75;
   const DownlinkQueueParams p = downlink_params_from(r);
   EXPECT_EQ(p.threshold, r.threshold);
   EXPECT_EQ(p.threshold_ceiling, r.threshold_ceiling);
@@ -44,6 +45,7 @@ TEST(DownlinkQueueRegulator, SharedConstantsComeFromRsfcParams) {
   EXPECT_EQ(p.fast_target, r.fast_target);
   EXPECT_EQ(p.min_refresh, r.min_refresh);
   EXPECT_EQ(p.drain_after_steps, r.monitor_after_steps);
+  EXPECT_EQ(p.yield_no_ts, 0.75);
   EXPECT_EQ(p.fall_fraction, DownlinkQueueParams{}.fall_fraction);  // the downlink's own
 }
 
@@ -672,6 +674,71 @@ TEST(DownlinkQueueParamsTest, YieldingToTheUploadHalvesTheRoundTripsCeilingOnly)
   DownlinkQueueParams low = p;
   low.threshold_ceiling_no_ts = 30 * kMilli;  // under the 20 ms floor once halved
   EXPECT_EQ(yielding_to_upload(low).threshold_floor, 15 * kMilli);
+}
+
+// The sets a download's steps choose from (DownlinkStepParams: Engine::downlink_target and the
+// simulator share it): the base next to an upload, the higher ceiling for a download alone, the
+// yield on the gateway's round trip while the phone's upload is short. The upload's state is
+// asked only at a step, and only when its answer can change the choice.
+TEST(DownlinkStepParamsTest, ChoosesAtAStepAndAsksOnlyWhatCanChangeTheChoice) {
+  using C = DownlinkStepParams::Choice;
+  int asked = 0;
+  const auto answer = [&asked](bool v) {
+    return [&asked, v] {
+      ++asked;
+      return v;
+    };
+  };
+  RsfcParams r;
+  r.threshold_ceiling = 40 * kMilli;
+  r.threshold_ceiling_download_alone = 90 * kMilli;
+  r.threshold_ceiling_lag = 80 * kMilli;
+  r.downlink_yield = 0.25;
+  const DownlinkStepParams sp = downlink_step_params_from(r);
+  EXPECT_EQ(sp.base().threshold_ceiling, 40 * kMilli);
+  EXPECT_EQ(sp[C::kNextToUpload].threshold_ceiling, 40 * kMilli);
+  EXPECT_EQ(sp[C::kAlone].threshold_ceiling, 90 * kMilli);
+  EXPECT_EQ(sp[C::kAlone].threshold_ceiling_no_ts, 80 * kMilli);
+  EXPECT_EQ(sp[C::kYield].threshold_ceiling_no_ts, 20 * kMilli);
+  EXPECT_EQ(sp[C::kYield].threshold_ceiling, 40 * kMilli);
+
+  // A download with timestamps (not on the round trip): never yields.
+  const DownlinkQueueRegulator ts;
+  ASSERT_FALSE(ts.round_trip());
+  ASSERT_TRUE(ts.step_due(kSecond));
+  EXPECT_EQ(sp.choose(ts, kSecond, answer(false), answer(true)), C::kAlone);
+  EXPECT_EQ(asked, 1) << "whether the phone uploads; not whether its upload is short";
+  EXPECT_EQ(sp.choose(ts, kSecond, answer(true), answer(true)), C::kNextToUpload);
+  EXPECT_EQ(asked, 2);
+  RsfcParams same = r;
+  same.threshold_ceiling_download_alone = 0;
+  const DownlinkStepParams one = downlink_step_params_from(same);
+  EXPECT_EQ(one.choose(ts, kSecond, answer(false), answer(true)), C::kNextToUpload);
+  EXPECT_EQ(asked, 2) << "one ceiling and no yield: nothing to ask";
+
+  // On the gateway's round trip (no timestamps).
+  DownlinkQueueRegulator rt;
+  open_without_timestamps(rt, sp.base(), 5000, 10 * kMilli, 20 * kMilli);
+  ASSERT_TRUE(rt.round_trip());
+  ASSERT_TRUE(rt.step_due(20 * kMilli));
+  EXPECT_EQ(sp.choose(rt, 20 * kMilli, answer(true), answer(true)), C::kYield);
+  EXPECT_EQ(sp.choose(rt, 20 * kMilli, answer(true), answer(false)), C::kNextToUpload);
+  EXPECT_EQ(sp.choose(rt, 20 * kMilli, answer(false), answer(true)), C::kAlone);
+  EXPECT_EQ(one.choose(rt, 20 * kMilli, answer(true), answer(true)), C::kYield);
+  asked = 0;
+  rt.target_window(20 * kMilli, sp.base());  // measures, and sets the next step's time
+  ASSERT_FALSE(rt.step_due(20 * kMilli));
+  EXPECT_EQ(sp.choose(rt, 20 * kMilli, answer(true), answer(true)), C::kNextToUpload);
+  EXPECT_EQ(asked, 0) << "between steps nothing is asked";
+
+  // rsfc.tuning.downlink_yield 1: the round trip never gives way, and asks nothing for it.
+  RsfcParams never = same;
+  never.downlink_yield = 1;
+  const DownlinkStepParams no_yield = downlink_step_params_from(never);
+  DownlinkQueueRegulator rt2;
+  open_without_timestamps(rt2, no_yield.base(), 5000, 10 * kMilli, 20 * kMilli);
+  EXPECT_EQ(no_yield.choose(rt2, 20 * kMilli, answer(true), answer(true)), C::kNextToUpload);
+  EXPECT_EQ(asked, 0);
 }
 
 // (d') The same phone where both buffers are deep (0.5 / 2 Mbit/s, 100 ms, 4 s of buffer each

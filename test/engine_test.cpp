@@ -2130,6 +2130,14 @@ TEST(EngineDownlinkRsfc, ARoundTripDownloadGivesWayWhileItsPhonesUploadIsShort) 
   Engine c(16, p);
   run_download(c, with_ts);
   EXPECT_EQ(c.counters().downlink_steps_yielded.get(), 0u);
+  // rsfc.tuning.downlink_yield 1 (reloaded): the download never gives way.
+  EngineParams never = p;
+  never.rsfc.downlink_yield = 1;
+  Download reloaded = slowed;
+  reloaded.hooks = {{6 * kSecond, [&](Engine& eng) { eng.set_params(never); }}};
+  Engine d(16, p);
+  run_download(d, reloaded);
+  EXPECT_EQ(d.counters().downlink_steps_yielded.get(), 0u);
 }
 
 // drwa -> rsfc -> off on a live download: the kind change starts a fresh queue regulator (in

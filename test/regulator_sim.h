@@ -658,9 +658,7 @@ class Simulation {
     from_srv_.deliver = [this](const Packet& p) { gw_from_server(p); };
     down_.deliver = [this](const Packet& p) { phone_receive(p); };
     if (!sc.trace_path.empty()) trace_ = std::fopen(sc.trace_path.c_str(), "w");
-    dlq_alone_ = sc.dlq;
-    dlq_alone_.threshold_ceiling = std::max(sc.dlq.threshold_ceiling, sc.dlq_ceiling_alone);
-    dlq_yield_ = yielding_to_upload(sc.dlq);
+    dlq_steps_ = DownlinkStepParams(sc.dlq, sc.dlq_ceiling_alone);
   }
   ~Simulation() {
     if (trace_) std::fclose(trace_);
@@ -894,16 +892,10 @@ class Simulation {
 
   // Engine::downlink_target's choice of parameters.
   uint32_t downlink_queue_target(int flow, FlowState& f, Nanos now, bool release) {
-    const DownlinkQueueParams* p = &sc_.dlq;
-    const bool two_ceilings = dlq_alone_.threshold_ceiling != sc_.dlq.threshold_ceiling;
-    if ((two_ceilings || f.dlq.round_trip()) && f.dlq.step_due(now)) {
-      if (!phone_uploads(now)) {
-        if (two_ceilings) p = &dlq_alone_;
-      } else if (f.dlq.round_trip() && phone_uplink_.short_of_best(now)) {
-        p = &dlq_yield_;
-      }
-    }
-    const WindowDecision d = f.dlq.target_window(now, *p, release);
+    const auto choice = dlq_steps_.choose(
+        f.dlq, now, [&] { return phone_uploads(now); },
+        [&] { return phone_uplink_.short_of_best(now); });
+    const WindowDecision d = f.dlq.target_window(now, dlq_steps_[choice], release);
     if (d.stepped) {
       ++down_state_steps[f.dlq.state()];
       if (on_down_step) on_down_step(flow, now, f.dlq);
@@ -1044,8 +1036,7 @@ class Simulation {
   }
 
   Scenario sc_;
-  DownlinkQueueParams dlq_alone_;  // sc_.dlq with dlq_ceiling_alone
-  DownlinkQueueParams dlq_yield_;  // yielding_to_upload(sc_.dlq)
+  DownlinkStepParams dlq_steps_;   // sc_.dlq, with dlq_ceiling_alone
   SubscriberUplink phone_uplink_;  // declared before flows_: outlives their regulators
   Nanos phone_tick_ = 0;           // the phone's tick as one of its flows measured it
   bool bypass_ = false;            // the daemon is restarting (Scenario::restart_at)

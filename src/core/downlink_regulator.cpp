@@ -21,13 +21,11 @@ const char* to_string(DownlinkState s) {
   return "?";
 }
 
-DownlinkQueueParams downlink_params_from(const RsfcParams& r, bool next_to_upload) {
+DownlinkQueueParams downlink_params_from(const RsfcParams& r) {
   DownlinkQueueParams p;
   p.threshold = r.threshold;
   p.threshold_floor = r.threshold_floor;
-  p.threshold_ceiling = next_to_upload
-                            ? r.threshold_ceiling
-                            : std::max(r.threshold_ceiling, r.threshold_ceiling_download_alone);
+  p.threshold_ceiling = r.threshold_ceiling;
   p.tick_multiple = r.tick_multiple;
   p.horizon = r.min_window_horizon;
   p.filter = r.tbuff_filter;
@@ -54,15 +52,30 @@ DownlinkQueueParams downlink_params_from(const RsfcParams& r, bool next_to_uploa
   p.min_window_segments = r.min_window_segments;
   p.round_trip_no_ts = r.downlink_round_trip;
   p.threshold_ceiling_no_ts = r.threshold_ceiling_lag;
+  p.yield_no_ts = r.downlink_yield;
   return p;
 }
 
 DownlinkQueueParams yielding_to_upload(const DownlinkQueueParams& p) {
   DownlinkQueueParams y = p;
   y.threshold_ceiling_no_ts =
-      static_cast<Nanos>(kYieldNoTs * static_cast<double>(p.threshold_ceiling_no_ts));
+      static_cast<Nanos>(p.yield_no_ts * static_cast<double>(p.threshold_ceiling_no_ts));
   y.threshold_floor = std::min(p.threshold_floor, y.threshold_ceiling_no_ts);
   return y;
+}
+
+DownlinkStepParams::DownlinkStepParams(const DownlinkQueueParams& next_to_upload,
+                                       Nanos ceiling_alone)
+    : sets_{next_to_upload, next_to_upload, yielding_to_upload(next_to_upload)} {
+  DownlinkQueueParams& alone = sets_[static_cast<size_t>(Choice::kAlone)];
+  alone.threshold_ceiling = std::max(alone.threshold_ceiling, ceiling_alone);
+  two_ceilings_ = alone.threshold_ceiling != next_to_upload.threshold_ceiling;
+  const DownlinkQueueParams& y = sets_[static_cast<size_t>(Choice::kYield)];
+  yields_ = y.threshold_ceiling_no_ts != next_to_upload.threshold_ceiling_no_ts;
+}
+
+DownlinkStepParams downlink_step_params_from(const RsfcParams& r) {
+  return {downlink_params_from(r), r.threshold_ceiling_download_alone};
 }
 
 namespace {

@@ -256,9 +256,7 @@ void replay_handshake(const Flow& f, Regulator& reg, const Params& p) {
 Engine::Engine(uint32_t flows_max, const EngineParams& params, uint64_t hash_seed,
                uint32_t regulated_max)
     : params_(params),
-      down_params_(downlink_params_from(params.rsfc)),
-      down_params_alone_(downlink_params_from(params.rsfc, false)),
-      down_params_yield_(yielding_to_upload(down_params_)),
+      down_params_(downlink_step_params_from(params.rsfc)),
       flows_(std::make_unique<FlowTable>(flows_max, hash_seed)),
       // One entry per tracked flow at most, plus the one of a flow being added to a full table;
       // a shared uplink state per uplink regulator at most.
@@ -292,9 +290,7 @@ void Engine::set_params(const EngineParams& params) {
     regs_->down.for_each_taken([this](DownlinkSlot& s) { leave_down_gauge(s); });
   }
   params_ = params;
-  down_params_ = downlink_params_from(params_.rsfc);
-  down_params_alone_ = downlink_params_from(params_.rsfc, false);
-  down_params_yield_ = yielding_to_upload(down_params_);
+  down_params_ = downlink_step_params_from(params_.rsfc);
 }
 
 size_t Engine::active_flows() const {
@@ -745,16 +741,16 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
   if (params_.downlink.policy == Policy::kRsfc) {
     auto* q = std::get_if<DownlinkQueueRegulator>(&slot);
     if (q == nullptr) q = &slot.emplace<DownlinkQueueRegulator>();
-    if (fresh) replay_handshake(f, *q, down_params_);
+    if (fresh) replay_handshake(f, *q, down_params_.base());
     if (from_phone) {
       take_phone_tick(f.owner, *q);
-      q->on_uplink_segment(now, seg, down_params_);
+      q->on_uplink_segment(now, seg, down_params_.base());
       note_phone_tick(f.owner, *q);
       if (pacing_on()) {
         regs_->pacers[f.down_slot].on_phone_ack(now, seg, q->ns_per_tick(), params_.pacing);
       }
     } else if (!pacing_on()) {
-      q->on_downlink_segment(now, seg, down_params_);
+      q->on_downlink_segment(now, seg, down_params_.base());
     }  // else pace() feeds it, with the time the segment leaves
     return;
   }
@@ -800,7 +796,7 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
     }
   }
   // The regulator times the segment from when it leaves (feed_downlink() left it to here).
-  q->on_downlink_segment(now, at, TcpSegment::from_view(v), down_params_);
+  q->on_downlink_segment(now, at, TcpSegment::from_view(v), down_params_.base());
 }
 
 template <class Regulator>
@@ -1066,22 +1062,14 @@ bool Engine::bulk_other_way(const Flow& f, Direction dir, const PacketView& v) {
 // the gateway's round trip whose phone's upload is short of its link, with a lower one.
 WindowDecision Engine::downlink_target(const Flow& f, DownlinkSlot& r, Nanos now, bool release) {
   if (auto* q = std::get_if<DownlinkQueueRegulator>(&r.down)) {
-    // Only a step reads the ceilings: the subscriber's upload state is looked up for it alone.
-    // On the gateway's round trip the download gives way while the phone's regulated upload
-    // delivers short of its link (yielding_to_upload()).
-    const DownlinkQueueParams* p = &down_params_;
-    const bool two_ceilings =
-        down_params_alone_.threshold_ceiling != down_params_.threshold_ceiling;
-    if ((two_ceilings || q->round_trip()) && q->step_due(now)) {
-      if (!phone_uploads(f.owner, now)) {
-        if (two_ceilings) p = &down_params_alone_;
-      } else if (q->round_trip() && subscribers_->at(f.owner).short_of_best(now)) {
-        p = &down_params_yield_;
-      }
-    }
-    const WindowDecision d = q->target_window(now, *p, release);
+    // The subscriber's upload state is looked up at a step alone, and only when it can change
+    // the parameters (DownlinkStepParams::choose).
+    const auto choice = down_params_.choose(
+        *q, now, [&] { return phone_uploads(f.owner, now); },
+        [&] { return subscribers_->at(f.owner).short_of_best(now); });
+    const WindowDecision d = q->target_window(now, down_params_[choice], release);
     if (d.held) counters_.downlink_steps_held.add();
-    if (p == &down_params_yield_) counters_.downlink_steps_yielded.add();
+    if (choice == DownlinkStepParams::Choice::kYield) counters_.downlink_steps_yielded.add();
     count_downlink_health(r);
     return d;
   }

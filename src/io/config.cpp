@@ -821,6 +821,12 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
      "two knobs then hold the sum of the phone's two queues. false leaves such downloads "
      "unclamped, and their uploads' lag then holds the download's whole queue. Counted in "
      "rsfcd_downlink_flows_round_trip_total and rsfcd_downlink_flows_no_timestamps_total."},
+    {"downlink_yield", real_field(&RsfcParams::downlink_yield, {0.05, 1}),
+     "The downlink knob on the gateway's round trip (downlink_round_trip): while the phone's "
+     "regulated upload delivers short of its link (its last whole second under 0.85 of its best "
+     "second of the 5-10 s before), the download steps with T's ceiling "
+     "threshold_ceiling_lag_ms times this, so that it gives the upload room in the one sum both "
+     "knobs hold (1: never gives way). Counted in rsfcd_downlink_steps_yielded_total."},
 };
 
 // rsfc: the RSFC controller (uplink knob), the keys an operator sets.

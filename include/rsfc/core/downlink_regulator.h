@@ -231,22 +231,23 @@ struct DownlinkQueueParams {
   bool swing_window_on = true;
   Nanos peak_half_life = 20 * kSecond;
   double back_fraction = 0.5;
-  // A phone without timestamps: the law on the gateway's round trip (the header), T's ceiling.
+  // A phone without timestamps: the law on the gateway's round trip (the header), T's ceiling,
+  // and that ceiling's fraction while the phone's upload is short (yielding_to_upload()).
   bool round_trip_no_ts = true;
   Nanos threshold_ceiling_no_ts = 80 * kMilli;
+  double yield_no_ts = 0.5;
 };
 
-// The shared constants from the uplink's RsfcParams (same meaning on the other queue).
-// `next_to_upload`: for a download whose phone has a regulated upload running; without one,
-// the auto-T ceiling is r.threshold_ceiling_download_alone when that is higher.
-DownlinkQueueParams downlink_params_from(const RsfcParams& r, bool next_to_upload = true);
+// The shared constants from the uplink's RsfcParams (same meaning on the other queue), for a
+// download whose phone has a regulated upload running (downlink_step_params_from() adds the
+// other sets).
+DownlinkQueueParams downlink_params_from(const RsfcParams& r);
 
 // On the gateway's round trip both knobs of the phone hold one sum of its two queues, and two
 // laws on one sum have no rule of their own for how they share it. While the phone's regulated
 // upload delivers short of its link (SubscriberUplink::short_of_best(), the uplink's own
 // reading on the gateway's clock), the download steps with these: T's ceiling times
-// kYieldNoTs, so that the download gives the upload room in the sum (lab/EXPERIMENTS.md Q47).
-constexpr double kYieldNoTs = 0.5;
+// p.yield_no_ts, so that the download gives the upload room in the sum (lab/EXPERIMENTS.md Q47).
 DownlinkQueueParams yielding_to_upload(const DownlinkQueueParams& p);
 
 class DownlinkQueueRegulator {
@@ -515,5 +516,43 @@ class DownlinkQueueRegulator {
   double peak_ = 0;         // bytes/s
   Nanos bursty_until_ = 0;  // the link came back from a fall: falls are slow spells till then
 };
+
+// The parameter sets a download's steps choose from, and the choice, for the engine and the
+// simulator alike: next to the phone's upload (the base); with the phone uploading nothing,
+// T's ceiling raised to `ceiling_alone` where that is higher; on the gateway's round trip while
+// the phone's regulated upload is short of its link, yielding_to_upload(). The choice is made
+// at a step only: the sets differ in T's bounds alone, which only a step reads.
+class DownlinkStepParams {
+ public:
+  enum class Choice : uint8_t { kNextToUpload, kAlone, kYield };
+
+  DownlinkStepParams() : DownlinkStepParams(DownlinkQueueParams{}, 0) {}
+  DownlinkStepParams(const DownlinkQueueParams& next_to_upload, Nanos ceiling_alone);
+
+  const DownlinkQueueParams& base() const { return sets_[0]; }
+  const DownlinkQueueParams& operator[](Choice c) const { return sets_[static_cast<size_t>(c)]; }
+
+  // The set q's target_window() at `now` takes. `uploads()` (a bulk upload of the phone's is
+  // running) and `upload_short()` (SubscriberUplink::short_of_best) are asked only when the
+  // answer can change the choice: never for a download with timestamps whose two ceilings are
+  // the same, never between steps.
+  template <class Uploads, class Short>
+  Choice choose(const DownlinkQueueRegulator& q, Nanos now, Uploads&& uploads,
+                Short&& upload_short) const {
+    const bool yields = q.round_trip() && yields_;
+    if (!(two_ceilings_ || yields) || !q.step_due(now)) return Choice::kNextToUpload;
+    if (!uploads()) return two_ceilings_ ? Choice::kAlone : Choice::kNextToUpload;
+    return yields && upload_short() ? Choice::kYield : Choice::kNextToUpload;
+  }
+
+ private:
+  std::array<DownlinkQueueParams, 3> sets_;  // indexed by Choice
+  bool two_ceilings_ = false;                // kAlone differs from the base
+  bool yields_ = false;                      // kYield differs from the base
+};
+
+// The engine's sets: downlink_params_from(r) next to an upload, T's ceiling
+// r.threshold_ceiling_download_alone for a download alone where that is higher.
+DownlinkStepParams downlink_step_params_from(const RsfcParams& r);
 
 }  // namespace rsfc

@@ -184,11 +184,7 @@ class Engine {
   void leave_down_gauge(DownlinkSlot& s);
 
   EngineParams params_;
-  DownlinkQueueParams down_params_;  // from params_.rsfc (downlink_params_from)
-  // ... for a download whose phone uploads nothing (threshold_ceiling_download_alone)
-  DownlinkQueueParams down_params_alone_;
-  // ... on the gateway's round trip while the phone's upload is short (yielding_to_upload)
-  DownlinkQueueParams down_params_yield_;
+  DownlinkStepParams down_params_;  // from params_.rsfc (downlink_step_params_from)
   std::unique_ptr<FlowTable> flows_;
   std::unique_ptr<SubscriberTable> subscribers_;  // rsfc's per-subscriber state
   std::unique_ptr<RegulatorPools> regs_;          // the flows' regulators, reserved once

@@ -49,6 +49,9 @@ struct RsfcParams {
   // trip (both of the phone's queues; T as the upload's, threshold_ceiling_lag), false leaves
   // such a download unclamped (downlink_regulator.h).
   bool downlink_round_trip = true;
+  // ... and there, while the phone's regulated upload delivers short of its link, T's ceiling
+  // (threshold_ceiling_lag) times this: the download gives way (1: never).
+  double downlink_yield = 0.5;
   Nanos min_window_horizon = 10 * kSecond;     // sliding window for min(d) and RTT_min
   Nanos tbuff_filter = 200 * kMilli;           // short windowed minimum on t_buff samples
   Nanos control_interval_floor = 20 * kMilli;  // time base floor for "per RTT" steps
