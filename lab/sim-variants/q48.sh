@@ -41,6 +41,11 @@ windowed() {
     traced hyb-$h-past200 paced Q48_HYBRID=$h ORACLE_T_MS=200 ORACLE_PAST=1
   done
   for t in 30 100 400; do traced hyb-down-past$t paced Q48_HYBRID=down ORACLE_T_MS=$t ORACLE_PAST=1; done
+  for x in 250 1000; do traced rate$x paced Q48_RATE_MS=$x; done
+  for t in 100 200 400; do
+    traced downT$t paced Q48_DOWN_T_MS=$t
+    traced downT$t-rate1000 paced Q48_DOWN_T_MS=$t Q48_RATE_MS=1000
+  done
 } > "$out/traces.txt"
 {
   for p in off 64K 128K paced; do windowed $p $p; done
@@ -76,6 +81,11 @@ def name(k):
         _, h, v = k.split('-')
         mode, t = ('ahead', v[3:]) if v.startswith('fut') else ('past', v[4:])
         return f'{"downlink" if h == "down" else "uplink"} knob only: {mode}, T {t}'
+    if k.startswith('rate'): return f"shipped, the downlink law's rate the true one of the last {k[4:]} ms"
+    if k.startswith('downT'):
+        t = k[5:].split('-')[0]
+        r = ", its rate the true one of the last 1000 ms" if 'rate' in k else ''
+        return f"shipped, the downlink's T fixed at {t}{r}"
     if k.startswith('fut400d'): return 'ahead 400, 100 ms less foresight'
     if k.startswith('fut'): return f'ahead {k[3:]}'
     if k.startswith('past'): return f'past {k[4:]}'
