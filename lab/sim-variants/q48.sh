@@ -46,6 +46,7 @@ windowed() {
     traced downT$t paced Q48_DOWN_T_MS=$t
     traced downT$t-rate1000 paced Q48_DOWN_T_MS=$t Q48_RATE_MS=1000
   done
+  for x in 100 200 400; do traced swing+$x paced Q48_SWING_MS=$x; done
 } > "$out/traces.txt"
 {
   for p in off 64K 128K paced; do windowed $p $p; done
@@ -81,6 +82,7 @@ def name(k):
         _, h, v = k.split('-')
         mode, t = ('ahead', v[3:]) if v.startswith('fut') else ('past', v[4:])
         return f'{"downlink" if h == "down" else "uplink"} knob only: {mode}, T {t}'
+    if k.startswith('swing+'): return f'shipped, {k[6:]} ms more in the swing window'
     if k.startswith('rate'): return f"shipped, the downlink law's rate the true one of the last {k[4:]} ms"
     if k.startswith('downT'):
         t = k[5:].split('-')[0]
