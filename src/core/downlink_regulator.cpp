@@ -69,9 +69,6 @@ DownlinkStepParams::DownlinkStepParams(const DownlinkQueueParams& next_to_upload
     : sets_{next_to_upload, next_to_upload, yielding_to_upload(next_to_upload)} {
   DownlinkQueueParams& alone = sets_[static_cast<size_t>(Choice::kAlone)];
   alone.threshold_ceiling = std::max(alone.threshold_ceiling, ceiling_alone);
-  two_ceilings_ = alone.threshold_ceiling != next_to_upload.threshold_ceiling;
-  const DownlinkQueueParams& y = sets_[static_cast<size_t>(Choice::kYield)];
-  yields_ = y.threshold_ceiling_no_ts != next_to_upload.threshold_ceiling_no_ts;
 }
 
 DownlinkStepParams downlink_step_params_from(const RsfcParams& r) {

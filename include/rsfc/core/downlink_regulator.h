@@ -529,7 +529,7 @@ class DownlinkStepParams {
   DownlinkStepParams() : DownlinkStepParams(DownlinkQueueParams{}, 0) {}
   DownlinkStepParams(const DownlinkQueueParams& next_to_upload, Nanos ceiling_alone);
 
-  const DownlinkQueueParams& base() const { return sets_[0]; }
+  const DownlinkQueueParams& base() const { return (*this)[Choice::kNextToUpload]; }
   const DownlinkQueueParams& operator[](Choice c) const { return sets_[static_cast<size_t>(c)]; }
 
   // The set q's target_window() at `now` takes. `uploads()` (a bulk upload of the phone's is
@@ -539,16 +539,23 @@ class DownlinkStepParams {
   template <class Uploads, class Short>
   Choice choose(const DownlinkQueueRegulator& q, Nanos now, Uploads&& uploads,
                 Short&& upload_short) const {
-    const bool yields = q.round_trip() && yields_;
-    if (!(two_ceilings_ || yields) || !q.step_due(now)) return Choice::kNextToUpload;
-    if (!uploads()) return two_ceilings_ ? Choice::kAlone : Choice::kNextToUpload;
+    const bool two_ceilings = differs(Choice::kAlone);
+    const bool yields = q.round_trip() && differs(Choice::kYield);
+    if (!(two_ceilings || yields) || !q.step_due(now)) return Choice::kNextToUpload;
+    if (!uploads()) return two_ceilings ? Choice::kAlone : Choice::kNextToUpload;
     return yields && upload_short() ? Choice::kYield : Choice::kNextToUpload;
   }
 
  private:
+  // Whether set c steps otherwise than the base: in T's ceiling (kAlone) or in the round
+  // trip's (kYield), the bounds each changes.
+  bool differs(Choice c) const {
+    const DownlinkQueueParams& x = (*this)[c];
+    return x.threshold_ceiling != base().threshold_ceiling ||
+           x.threshold_ceiling_no_ts != base().threshold_ceiling_no_ts;
+  }
+
   std::array<DownlinkQueueParams, 3> sets_;  // indexed by Choice
-  bool two_ceilings_ = false;                // kAlone differs from the base
-  bool yields_ = false;                      // kYield differs from the base
 };
 
 // The engine's sets: downlink_params_from(r) next to an upload, T's ceiling
