@@ -56,7 +56,8 @@ def offs(path):
 
 
 def runs(policy, dirs, base):
-    """{cell: [(dl %, ul %, p95, alone %), ...]}: one tuple per run with both kinds."""
+    """{cell: [(dl %, ul %, p95, alone %), ...]}: one tuple per run with a test with both
+    transfers; alone % is None for a run without the download alone (--arms-only)."""
     by_run = {}
     for w in dirs:
         path = Path(w) / "suite" / "results.jsonl"
@@ -68,17 +69,25 @@ def runs(policy, dirs, base):
             by_run.setdefault((w, j["cell"], j["run"]), {})[j["kind"]] = j["numbers"]
     out = {}
     for (_, cell, _), r in sorted(by_run.items()):
-        if "both" not in r or "dl" not in r or cell not in base:
+        if "both" not in r or cell not in base:
             continue
         dl0, ul0 = base[cell]
+        alone = r["dl"]["dl_mbps"] / dl0 * 100 if "dl" in r else None
         out.setdefault(cell, []).append((r["both"]["dl_mbps"] / dl0 * 100,
                                          r["both"]["ul_mbps"] / ul0 * 100,
-                                         r["both"]["rtt_p95_ms"], r["dl"]["dl_mbps"] / dl0 * 100))
+                                         r["both"]["rtt_p95_ms"], alone))
     return out
 
 
 def med(rows, i):
-    return st.median(r[i] for r in rows)
+    """The median of measure i over the runs that have it; None when none has it."""
+    vals = [r[i] for r in rows if r[i] is not None]
+    return st.median(vals) if vals else None
+
+
+def has(rows, i):
+    """Whether two runs or more have measure i (the download alone: not in --arms-only)."""
+    return sum(1 for r in rows if r[i] is not None) >= 2
 
 
 def change(a, b, i):
@@ -134,8 +143,11 @@ def judge(a_cells, b_cells, rng):
             continue
         parts = []
         for i, name in enumerate(MEASURES):
+            if not (has(a, i) and has(b, i)):
+                continue
             v = change(a, b, i)
-            p = rank_p([r[i] for r in a], [r[i] for r in b], rng, worse_is_higher=i == 2)
+            p = rank_p([r[i] for r in a if r[i] is not None],
+                       [r[i] for r in b if r[i] is not None], rng, worse_is_higher=i == 2)
             if i == 2:
                 bad = p <= ALPHA and v > TOL_RATIO
                 parts.append(f"p95 x{v:.2f} p {p:.3f}")
@@ -155,8 +167,10 @@ def judge(a_cells, b_cells, rng):
 
 def table(name, cells):
     for cell, rows in cells.items():
+        alone = med(rows, 3)
         print(f"  {name:10s} {cell:15s} runs {len(rows):2d}: both {med(rows, 0):.0f} / "
-              f"{med(rows, 1):.0f} %, p95 {med(rows, 2):.0f} ms; alone {med(rows, 3):.0f} %")
+              f"{med(rows, 1):.0f} %, p95 {med(rows, 2):.0f} ms; alone "
+              + (f"{alone:.0f} %" if alone is not None else "not run"))
 
 
 def main():

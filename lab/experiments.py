@@ -77,11 +77,15 @@ def _parser() -> argparse.ArgumentParser:
                     "rsfc-simsuite's --down-swing; any cell followed by /nots is the same "
                     "link with a phone that sends no TCP timestamps, e.g. umts@80s/nots)")
     ap.add_argument("--policies", help="suite: the policies instead of the default list (off "
-                    "is always run: it is the baseline), comma-separated")
+                    "is always run: it is the baseline, but with --arms-only), comma-separated")
     ap.add_argument("--runs", type=int, default=3, help="suite: runs per cell (default 3)")
     ap.add_argument("--upload-lead", type=float, default=0.0, metavar="S",
                     help="suite: in the test with both transfers the upload starts S seconds "
                          "before the download (which ends with it); the lines record it")
+    ap.add_argument("--arms-only", action="store_true",
+                    help="suite: each policy runs only its test with both transfers, and off "
+                         "runs nothing: arms compared by lab/compare_runs.py, which takes the "
+                         "percentages' baselines from a whole suite's JSON (--offs)")
     ap.add_argument("--resume", action="store_true",
                     help="suite: skip the tests already in WORKDIR/suite/results.jsonl")
     ap.add_argument("--dry-run", action="store_true",

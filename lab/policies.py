@@ -21,6 +21,9 @@ knob is off unless the policy says otherwise). Used by lab/scenarios.py and lab/
                               (both knobs, min_window_bytes, rsfc, drwa, ...; not the keys of
                               the machine it runs on: queues, subscriber_networks, flows,
                               queue, metrics, log, decision_log)
+    shipped[key=value;...]    the same with overrides of its top-level keys, e.g.
+                              shipped[rsfc.tuning.rtt_window_min_ms=2000]: a variant of the
+                              shipped file, run beside it in one suite
 
 A dotted key nests: rsfc[tuning.probe_below=0.3] sets rsfc.tuning.probe_below (the control
 law's experimental block), rsfc+drwa[rsfc.tuning.probe_below=0.3;lambda=2] the same and
@@ -39,7 +42,8 @@ import topo as topo_mod
 
 POLICY_FORMS = ("none, off, observe, static:BYTES, static2:BYTES, rsfc, rsfc[key=value;...], "
                 "rsfc+drwa, rsfc+drwa[key=value;...], off+drwa, off+drwa[key=value;...], "
-                "rsfc+rsfc, rsfc+rsfc[key=value;...], off+rsfc, off+rsfc[key=value;...], shipped")
+                "rsfc+rsfc, rsfc+rsfc[key=value;...], off+rsfc, off+rsfc[key=value;...], shipped, "
+                "shipped[key=value;...]")
 SHIPPED_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "rsfcd.yaml"
 # Keys of conf/rsfcd.yaml that describe the machine rsfcd runs on rather than how it
 # regulates: the lab sets its own (topo.DEFAULT_CONFIG, the decision log per test).
@@ -95,6 +99,8 @@ def policy_config(policy: str) -> dict | None:
                 "downlink": {"policy": "static", "static_window_bytes": size}}
     if policy == "shipped":
         return shipped_config()
+    if policy.startswith("shipped[") and policy.endswith("]"):
+        return topo_mod.deep_merge(shipped_config(), parse_overrides(policy[8:-1]))
     if policy == "off+drwa" or (policy.startswith("off+drwa[") and policy.endswith("]")):
         drwa = parse_overrides(policy[9:-1]) if policy.endswith("]") else {}
         return {"uplink": {"policy": "off"}, "downlink": {"policy": "drwa"}} | (

@@ -362,11 +362,19 @@ def read_lines(path: Path) -> list[dict]:
 
 
 # ---- the run -------------------------------------------------------------------------
-def plan(cells: list[Cell], policies: list[str], runs: int) -> list[tuple]:
+def plan(cells: list[Cell], policies: list[str], runs: int,
+         arms_only: bool = False) -> list[tuple]:
     """[(run, cell, policy, kind)] in order: run by run, so that a stopped suite has whole
-    runs of the cells done."""
+    runs of the cells done. `arms_only` (--arms-only): each policy but off runs only its test
+    with both transfers, and off runs nothing (a comparison of arms, whose percentages
+    lab/compare_runs.py takes from the unregulated medians of a whole suite)."""
+    def kinds(p: str) -> tuple[str, ...]:
+        if arms_only:
+            return () if p == "off" else ("both",)
+        return kinds_for(p)
+
     return [(r, c, p, k) for r in range(1, runs + 1) for c in cells for p in policies
-            for k in kinds_for(p)]
+            for k in kinds(p)]
 
 
 def estimate_s(tests: list[tuple], D: float, done_walls: list[float] = ()) -> float:
@@ -416,7 +424,7 @@ def make_plan(a) -> Plan:
     jsonl = Path(a.workdir) / "suite" / "results.jsonl"
     lines = read_lines(jsonl) if a.resume else []
     done = {line_key(ln) for ln in lines if not ln["numbers"]["errors"]}
-    tests = plan(cells, policies, a.runs)
+    tests = plan(cells, policies, a.runs, getattr(a, "arms_only", False))
     lead = getattr(a, "upload_lead", 0.0) or 0.0
     todo = [t for t in tests if _line(t, D, W, configs, lead) not in done]
     return Plan(D, W, cells, policies, configs, a.runs, jsonl, tests, todo,

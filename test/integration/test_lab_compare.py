@@ -52,13 +52,16 @@ def test_many_runs_are_sampled_not_enumerated():
     assert cr.rank_p(base, arm, rng, worse_is_higher=False) == 0.0  # none of 2000 draws as far
 
 
-def _workdir(path: Path, policy: str, alone: list[float]) -> None:
-    """A suite workdir with one 'both' and one 'dl' line per run for cell 3g."""
+def _workdir(path: Path, policy: str, alone: list[float], p95: float = 300.0,
+             arms_only: bool = False) -> None:
+    """A suite workdir with one 'both' and one 'dl' line per run for cell 3g (no 'dl' line:
+    a suite run with --arms-only)."""
     (path / "suite").mkdir(parents=True)
     with open(path / "suite" / "results.jsonl", "w") as f:
         for run, dl in enumerate(alone, 1):
-            both = {"dl_mbps": 6.0, "ul_mbps": 1.8, "rtt_p95_ms": 300.0}
-            for kind, numbers in (("both", both), ("dl", {"dl_mbps": dl})):
+            both = {"dl_mbps": 6.0, "ul_mbps": 1.8, "rtt_p95_ms": p95 + run}
+            tests = (("both", both),) if arms_only else (("both", both), ("dl", {"dl_mbps": dl}))
+            for kind, numbers in tests:
                 f.write(json.dumps({"cell": "3g", "run": run, "policy": policy, "kind": kind,
                                     "numbers": numbers}) + "\n")
 
@@ -93,3 +96,22 @@ def test_three_runs_a_side_say_they_cannot_kill(tmp_path):
     out = _compare(tmp_path, [6.9, 6.88, 6.91], [4.8, 4.85, 4.82])
     assert "cannot kill: 3/3 runs give p >= 0.050" in out
     assert "alone -30 p 0.050;" in out
+
+
+def test_arms_without_the_download_alone_are_judged_on_the_rest(tmp_path):
+    """Runs of a suite with --arms-only have no download-alone test: the table says so and the
+    arms are judged on the three other measures (here the p95, 50 % up in every run)."""
+    offs = tmp_path / "offs.json"
+    offs.write_text(json.dumps({"tests": {"3g": {"off": {"dl": [{"dl_mbps": 7.0}],
+                                                        "ul": [{"ul_mbps": 2.0}]}}}}))
+    _workdir(tmp_path / "base", "shipped", [0.0] * 5, arms_only=True)
+    _workdir(tmp_path / "arm", "shipped[rsfc.fast_target=1]", [0.0] * 5, p95=450.0,
+             arms_only=True)
+    out = subprocess.run(["/usr/bin/python3", str(LAB / "compare_runs.py"), "--offs", str(offs),
+                          "--base", f"shipped={tmp_path / 'base'}",
+                          "--arm", f"shipped[rsfc.fast_target=1]={tmp_path / 'arm'}"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "both 86 / 90 %, p95 303 ms; alone not run" in out
+    assert "p95 x1.50 p 0.004 KILLED" in out
+    assert "alone" not in out.split("against the base:")[1].split("suite (")[0]
+    assert "verdict: KILLED" in out

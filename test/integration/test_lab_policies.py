@@ -64,6 +64,23 @@ def test_policy_config_is_accepted_by_the_daemon(prerequisites, tmp_path, policy
     assert code == 0, msg
 
 
+def test_shipped_with_overrides_is_the_shipped_file_with_them(prerequisites, tmp_path):
+    """shipped[...]: conf/rsfcd.yaml's regulation keys, the overrides merged into them (a
+    variant run beside the shipped file in one suite); the rest of the file is kept."""
+    from policies import shipped_config
+
+    shipped = shipped_config()
+    cfg = policy_config("shipped[rsfc.fast_target=1;pacing.gain=1.1]")
+    assert cfg["rsfc"]["fast_target"] == 1 and cfg["pacing"]["gain"] == 1.1
+    assert cfg["rsfc"]["fast_target"] != shipped["rsfc"]["fast_target"]
+    assert {k: v for k, v in cfg["rsfc"].items() if k != "fast_target"} == {
+        k: v for k, v in shipped["rsfc"].items() if k != "fast_target"}
+    assert cfg["uplink"] == shipped["uplink"] and cfg["downlink"] == shipped["downlink"]
+    assert policy_config("shipped[]") == shipped
+    code, msg = _check(prerequisites, tmp_path, cfg)
+    assert code == 0, msg
+
+
 def test_dotted_override_keys_nest():
     assert parse_overrides("tuning.probe_below=0.3") == {"tuning": {"probe_below": 0.3}}
     assert parse_overrides("rsfc.tuning.x=1;lambda=2") == {"rsfc": {"tuning": {"x": 1}},
@@ -88,6 +105,7 @@ def test_bad_override_is_refused_before_any_run(text):
     ("rsfc+drwa[rsfc.threshold=20]", "threshold"),
     ("rsfc[tuning.probe_blow=0.3]", "probe_blow"),
     ("rsfc[probe_below=0.3]", "probe_below"),  # a tuning key outside rsfc.tuning
+    ("shipped[rsfc.fast_targe=1.5]", "fast_targe"),
 ])
 def test_misspelt_override_is_refused_by_the_daemon(prerequisites, tmp_path, policy, word):
     code, msg = _check(prerequisites, tmp_path, policy_config(policy))

@@ -529,3 +529,14 @@ def test_the_estimate(tmp_path):
     assert suite.estimate_s(tests, 30, [60.0, 40.0]) == 10 * 50.0
     full = suite.plan(suite.all_cells(D, W), suite.default_policies(), 3)
     assert len(full) == 3 * 13 * (3 + 7 * 2)
+
+
+def test_arms_only_runs_each_arm_under_both_transfers_and_no_baseline():
+    """--arms-only: the test with both transfers of each policy but off, run by run; off, whose
+    medians lab/compare_runs.py takes from a whole suite, runs nothing."""
+    cells = suite.select_cells("3g,2g", D, W)
+    tests = suite.plan(cells, ["off", "shipped", "shipped[rsfc.fast_target=1]"], 2,
+                       arms_only=True)
+    assert [(r, c.name, p, k) for r, c, p, k in tests] == [
+        (r, c, p, "both") for r in (1, 2) for c in ("3g", "2g")
+        for p in ("shipped", "shipped[rsfc.fast_target=1]")]
