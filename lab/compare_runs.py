@@ -7,7 +7,8 @@
 Each WORKDIR is a `lab/experiments.py suite --workdir` (its suite/results.jsonl is read; one
 policy's lines are taken from it). Per cell, the medians over the runs of: download % and
 upload % under both transfers (of the unregulated download and upload alone, the medians of
-`off` in --offs), the phone's RTT p95 under both, and download-alone %.
+`off` in --offs), the phone's RTT p95 under both, and download-alone % (where the runs have
+it: a suite run with --arms-only has only the test with both transfers).
 
 The rule (lab/EXPERIMENTS.md Q26): an arm is killed on a cell and measure when its runs sit
 beyond the baseline's by ranks (a one-sided rank-sum test, exact over every relabelling of the
