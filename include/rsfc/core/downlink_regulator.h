@@ -539,9 +539,10 @@ class DownlinkStepParams {
   template <class Uploads, class Short>
   Choice choose(const DownlinkQueueRegulator& q, Nanos now, Uploads&& uploads,
                 Short&& upload_short) const {
+    if (!q.step_due(now)) return Choice::kNextToUpload;  // between steps: one compare
     const bool two_ceilings = differs(Choice::kAlone);
     const bool yields = q.round_trip() && differs(Choice::kYield);
-    if (!(two_ceilings || yields) || !q.step_due(now)) return Choice::kNextToUpload;
+    if (!(two_ceilings || yields)) return Choice::kNextToUpload;
     if (!uploads()) return two_ceilings ? Choice::kAlone : Choice::kNextToUpload;
     return yields && upload_short() ? Choice::kYield : Choice::kNextToUpload;
   }
