@@ -146,6 +146,8 @@ rsfc:
     refresh_holdoff: 0
     threshold_ceiling_lag_ms: 120
     threshold_ceiling_download_alone_ms: 90
+    threshold_packets: 3.5
+    threshold_packets_ceiling_ms: 45
     downlink_round_trip: false
     downlink_yield: 0.75
 drwa: { alpha: 0.5, lambda: 2.25 }
@@ -206,6 +208,8 @@ TEST(Config, EveryKeyMapsToItsField) {
   EXPECT_EQ(c.params.rsfc.refresh_holdoff, 0.0);
   EXPECT_EQ(c.params.rsfc.threshold_ceiling_lag, 120 * kMilli);
   EXPECT_EQ(c.params.rsfc.threshold_ceiling_download_alone, 90 * kMilli);
+  EXPECT_EQ(c.params.rsfc.threshold_packets, 3.5);
+  EXPECT_EQ(c.params.rsfc.threshold_packets_ceiling, 45 * kMilli);
   EXPECT_FALSE(c.params.rsfc.downlink_round_trip);
   EXPECT_EQ(c.params.rsfc.downlink_yield, 0.75);
   EXPECT_EQ(c.params.drwa.alpha, 0.5);
@@ -366,6 +370,8 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.threshold_floor, dp.rsfc.threshold_floor);
   EXPECT_EQ(p.rsfc.threshold_ceiling_lag, dp.rsfc.threshold_ceiling_lag);
   EXPECT_EQ(p.rsfc.threshold_ceiling_download_alone, dp.rsfc.threshold_ceiling_download_alone);
+  EXPECT_EQ(p.rsfc.threshold_packets, dp.rsfc.threshold_packets);
+  EXPECT_EQ(p.rsfc.threshold_packets_ceiling, dp.rsfc.threshold_packets_ceiling);
   EXPECT_EQ(p.rsfc.downlink_round_trip, dp.rsfc.downlink_round_trip);
   EXPECT_EQ(p.rsfc.downlink_yield, dp.rsfc.downlink_yield);
   EXPECT_EQ(p.rsfc.min_window_horizon, dp.rsfc.min_window_horizon);
@@ -492,9 +498,11 @@ TEST(ConfigPrint, RsfcKeysAndTuningBlock) {
                                       "refresh_holdoff",
                                       "threshold_ceiling_lag_ms",
                                       "threshold_ceiling_download_alone_ms",
+                                      "threshold_packets",
+                                      "threshold_packets_ceiling_ms",
                                       "downlink_round_trip",
                                       "downlink_yield"}));
-  EXPECT_EQ(all.size(), shipped.size() + 26);  // tuning and its keys: nothing else differs
+  EXPECT_EQ(all.size(), shipped.size() + 28);  // tuning and its keys: nothing else differs
 }
 
 // Printing and reading go through the same table: a printed configuration reads back as

@@ -26,6 +26,8 @@ DownlinkQueueParams downlink_params_from(const RsfcParams& r) {
   p.threshold = r.threshold;
   p.threshold_floor = r.threshold_floor;
   p.threshold_ceiling = r.threshold_ceiling;
+  p.threshold_packets_steady = r.threshold_packets;
+  p.threshold_packets_ceiling = r.threshold_packets_ceiling;
   p.tick_multiple = r.tick_multiple;
   p.horizon = r.min_window_horizon;
   p.filter = r.tbuff_filter;
@@ -468,7 +470,7 @@ DownlinkQueueRegulator::Signals DownlinkQueueRegulator::measure(Nanos now,
   // Without the phone's clock no echo renews the server half: the handshake's is kept.
   if (gw_clock_ && sh) server_half_min_.update(now, sh->value, p.horizon);
   if (ph) s.rtt_min = ph->value + s.server_half;
-  s.threshold = threshold_for(s.rtt_min, 0, p);
+  s.threshold = threshold_for(s.rtt_min, 0, false, p);
   s.q_down = queue_now(now, p);
   if (up_delay_.ready()) s.q_up = up_delay_.filtered(now, p.filter);
   if (rtt_now_.has()) {
@@ -480,7 +482,7 @@ DownlinkQueueRegulator::Signals DownlinkQueueRegulator::measure(Nanos now,
   note_peak(now, s, p);
   // The packet floor only while the service swings (the header's T).
   const bool floor = p.floor_swing <= 0 || swinging(now);
-  s.threshold = threshold_for(s.rtt_min, floor ? s.rate : 0.0, p);
+  s.threshold = threshold_for(s.rtt_min, s.rate, floor, p);
   // Data since the previous step, or within a round trip (data and ACKs may come in bursts,
   // and steps with them).
   const Nanos round_trip = s.rtt_now + (s.q_down ? *s.q_down : 0);
@@ -627,14 +629,22 @@ void DownlinkQueueRegulator::check_fall(Nanos now, Signals& s, bool fresh,
 // the floor only adds latency. On links of a few Mbit/s and more, three packets take less than the
 // floor, and nothing changes.
 Nanos DownlinkQueueRegulator::threshold_for(std::optional<Nanos> rtt_min, double rate,
-                                            const DownlinkQueueParams& p) const {
+                                            bool swinging, const DownlinkQueueParams& p) const {
   if (p.threshold) return *p.threshold;
   const Nanos g = gw_clock_ ? 0 : static_cast<Nanos>(ns_per_tick());
   Nanos lo =
       std::max(p.threshold_floor, static_cast<Nanos>(p.tick_multiple * static_cast<double>(g)));
   if (rate > 0) {
-    const double packets = p.threshold_packets * static_cast<double>(mss_) / rate;
-    lo = std::max(lo, static_cast<Nanos>(std::min(packets, 10.0) * static_cast<double>(kSecond)));
+    const double packet = static_cast<double>(mss_) / rate * static_cast<double>(kSecond);
+    // A few packets' service whatever the link (under one packet's time the queue is empty
+    // between packets and a slow link idles), at most threshold_packets_ceiling; ...
+    lo = std::max(lo,
+                  static_cast<Nanos>(std::min(p.threshold_packets_steady * packet,
+                                              static_cast<double>(p.threshold_packets_ceiling))));
+    // ... and while the service swings, threshold_packets of them whatever the ceiling.
+    if (swinging) {
+      lo = std::max(lo, static_cast<Nanos>(std::min(p.threshold_packets * packet, 10.0 * kSecond)));
+    }
   }
   // On the gateway's round trip T bounds the sum of the phone's two queues, as the upload's T
   // does (its lag holds the same sum).

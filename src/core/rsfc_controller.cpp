@@ -256,13 +256,13 @@ UplinkRegulator::Signals UplinkRegulator::measure(Nanos now, const RsfcParams& p
   // level 40 ms above the one before the restart, for 6 s). The round trip without the own queue is
   // then below that minimum: T comes from it.
   const bool queue_in_min = !handshake_taken_ && s.rtt && s.rtt_min && *s.rtt < *s.rtt_min;
-  s.threshold = threshold_for(queue_in_min ? s.rtt : s.rtt_min, p);
   s.interval = control_interval(s, p);
   s.own_rate = delivered_.max(now, s.interval);
   s.link_rate = std::max(s.own_rate, sub_ ? sub_->rate(now, s.interval) : 0.0);
   if (s.link_rate > 0) {
     s.packet_time = static_cast<double>(mss_) / s.link_rate * static_cast<double>(kSecond);
   }
+  s.threshold = threshold_for(queue_in_min ? s.rtt : s.rtt_min, s.packet_time, p);
   s.rate = subscriber_share(now, s, p);
   s.ready = s.t_buff && s.rtt && s.rate > 0 && delivered_.has_sample();
   if (s.ready) {
@@ -328,11 +328,20 @@ void UplinkRegulator::measure_lag(Nanos now, Signals& s, const RsfcParams& p) co
   }
 }
 
-Nanos UplinkRegulator::threshold_for(std::optional<Nanos> rtt_min, const RsfcParams& p) const {
+Nanos UplinkRegulator::threshold_for(std::optional<Nanos> rtt_min, double packet_time,
+                                     const RsfcParams& p) const {
   if (p.threshold) return *p.threshold;
   const Nanos g = static_cast<Nanos>(delay_.tick().ns_per_tick());
-  const Nanos lo =
+  Nanos lo =
       std::max(p.threshold_floor, static_cast<Nanos>(p.tick_multiple * static_cast<double>(g)));
+  // A few packets' service at the link's rate: under one packet's time the flow's queue is
+  // empty between packets and the link idles (a 10 ms T on a 0.5 Mbit/s uplink, 23 ms a
+  // packet: the upload 96 -> 88 % in the simulator, lab/EXPERIMENTS.md Q51).
+  if (p.threshold_packets > 0 && packet_time > 0) {
+    const double packets = std::min(p.threshold_packets * packet_time,
+                                    static_cast<double>(p.threshold_packets_ceiling));
+    lo = std::max(lo, static_cast<Nanos>(packets));
+  }
   // Without timestamps t_buff is the window-opening lag, and that lag also carries the queue
   // of the phone's downloads (their data delays the ACK that opens the window): a T that leaves
   // no room for it holds the upload below its link (3g-nots: 84 -> 43 % at 30 ms).

@@ -814,6 +814,14 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
      "phone's round trip short; alone, the download has no one to wait behind it, and on a link "
      "whose service swings a queue above that ceiling keeps it busy. Never below "
      "rsfc.threshold_ceiling_ms (0: the same)."},
+    {"threshold_packets", real_field(&RsfcParams::threshold_packets, {0, 64}),
+     "The uplink knob's auto T is never below this many packets' service at the link's "
+     "delivered rate (one MSS each), up to threshold_packets_ceiling_ms: a queue shorter than a "
+     "packet leaves a slow uplink idle between packets (0: no such floor)."},
+    {"threshold_packets_ceiling_ms",
+     duration_field(&RsfcParams::threshold_packets_ceiling, kMilli, {0, 10'000}),
+     "The most threshold_packets may raise the uplink knob's auto T to, whatever "
+     "rsfc.threshold_ceiling_ms is."},
     {"downlink_round_trip", bool_field(&RsfcParams::downlink_round_trip),
      "The downlink knob (policy rsfc) on a phone without TCP timestamps: true runs its law on "
      "the gateway's round trip (data forwarded to the ACK that covers it), which holds the "
@@ -833,7 +841,9 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
 const FieldTable<RsfcParams> kRsfcFields = {
     {"threshold_ms", threshold_field(),
      "The threshold T. auto = the flow's RTT_min, clamped to [max(threshold_floor_ms, "
-     "rsfc.tuning.tick_multiple x the phone's timestamp tick), threshold_ceiling_ms]."},
+     "rsfc.tuning.tick_multiple x the phone's timestamp tick, rsfc.tuning.threshold_packets "
+     "packets' service at the link's rate up to rsfc.tuning.threshold_packets_ceiling_ms), "
+     "threshold_ceiling_ms or that floor if higher]."},
     {"threshold_floor_ms", duration_field(&RsfcParams::threshold_floor, kMilli, {0, 10'000}),
      "auto T is never below this (timestamp tick granularity is up to 10 ms)."},
     {"threshold_ceiling_ms", duration_field(&RsfcParams::threshold_ceiling, kMilli, {1, 10'000}),

@@ -36,7 +36,10 @@
 //            uplink wait stays in it: W covers it, so an upload next to the download does not
 //            make the download window-limited (DRWA's failure).
 //   T        threshold, or the base round trip clamped to [threshold_floor,
-//            threshold_ceiling], to at least tick_multiple ticks and to at least
+//            threshold_ceiling], to at least tick_multiple ticks, to at least
+//            threshold_packets_steady packets' service at the delivered rate up to
+//            threshold_packets_ceiling whatever the service (under a packet's time the
+//            queue is empty between packets), and to at least
 //            threshold_packets packets' service at the delivered rate while the service
 //            swings (a slow cellular link serves whole packets in bursts: a shorter queue
 //            runs empty under a large one and its capacity is lost; a steady slow link, as
@@ -197,8 +200,12 @@ struct DownlinkQueueParams {
   std::optional<Nanos> threshold;         // T on q_down; nullopt = auto (see the header)
   Nanos threshold_floor = 20 * kMilli;    // auto T never below this
   Nanos threshold_ceiling = 80 * kMilli;  // auto T never above this
-  double tick_multiple = 4;               // auto T >= this * g
-  double threshold_packets = 3;           // auto T >= this many packets at the rate ...
+  // auto T never below min(this many packets' service at the rate, threshold_packets_ceiling),
+  // the service steady or not (RsfcParams::threshold_packets; 0: none)
+  double threshold_packets_steady = 2;
+  Nanos threshold_packets_ceiling = 30 * kMilli;
+  double tick_multiple = 4;      // auto T >= this * g
+  double threshold_packets = 3;  // auto T >= this many packets at the rate ...
   double floor_swing = 2;        // ... while the service swings: more than this * rate received
                                  // within those packets' time (one horizon); 0 = always
   Nanos horizon = 10 * kSecond;  // min(d), the round-trip minima, the baseline offset
@@ -403,7 +410,7 @@ class DownlinkQueueRegulator {
   static bool acks_late(const Readings& r);
   bool first_sample_due(Nanos now, const Readings& r, Nanos interval) const;
   void check_fall(Nanos now, Signals& s, bool fresh, const DownlinkQueueParams& p);
-  Nanos threshold_for(std::optional<Nanos> rtt_min, double rate,
+  Nanos threshold_for(std::optional<Nanos> rtt_min, double rate, bool swinging,
                       const DownlinkQueueParams& p) const;
   void startup(Nanos now, const Signals& s, const DownlinkQueueParams& p);
   void slow(Nanos now, const Signals& s, const DownlinkQueueParams& p);

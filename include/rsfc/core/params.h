@@ -45,6 +45,11 @@ struct RsfcParams {
   // (Engine::phone_uploads), where it is above threshold_ceiling (0: never). Next to an
   // upload, threshold_ceiling holds.
   Nanos threshold_ceiling_download_alone = 80 * kMilli;
+  // The uplink knob's auto T is never below this many packets' service at the link's rate
+  // (a queue shorter than a packet leaves a slow link idle between packets: 23 ms a packet at
+  // 0.5 Mbit/s), though this floor never above threshold_packets_ceiling (0: no floor).
+  double threshold_packets = 2;
+  Nanos threshold_packets_ceiling = 30 * kMilli;
   // The downlink knob on a phone without timestamps: true runs its law on the gateway's round
   // trip (both of the phone's queues; T as the upload's, threshold_ceiling_lag), false leaves
   // such a download unclamped (downlink_regulator.h).

@@ -17,8 +17,9 @@
 //            every threshold: t_buff is compared as t_buff - slack.
 //   rtt_min  the windowed minima of both halves (handshake, echoes).
 //   T        threshold_ms, or rtt_min clamped to [threshold_floor_ms, threshold_ceiling_ms]
-//            (threshold_ceiling_lag_ms without timestamps) and to at least tick_multiple
-//            timestamp ticks.
+//            (threshold_ceiling_lag_ms without timestamps), to at least tick_multiple
+//            timestamp ticks and to at least threshold_packets packets' service at the link's
+//            rate up to threshold_packets_ceiling (the ceiling lifted to that floor).
 // The link under the flow (measure_link(); timestamps and the subscriber's entry): a standing
 // queue of the flow's own keeps the link busy at about rho; a link that falls or stops does
 // not, and then t_buff is the link's backlog, not a queue the window caused:
@@ -265,7 +266,7 @@ class UplinkRegulator {
   void measure_timestamps(Nanos now, Signals& s, const RsfcParams& p) const;
   void measure_lag(Nanos now, Signals& s, const RsfcParams& p) const;
   void measure_link(Signals& s);
-  Nanos threshold_for(std::optional<Nanos> rtt_min, const RsfcParams& p) const;
+  Nanos threshold_for(std::optional<Nanos> rtt_min, double packet_time, const RsfcParams& p) const;
   double subscriber_share(Nanos now, const Signals& s, const RsfcParams& p);
   void startup(Nanos now, const Signals& s, const RsfcParams& p);
   void slow(Nanos now, const Signals& s, const RsfcParams& p);
