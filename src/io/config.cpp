@@ -815,12 +815,12 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
      "whose service swings a queue above that ceiling keeps it busy. Never below "
      "rsfc.threshold_ceiling_ms (0: the same)."},
     {"threshold_packets", real_field(&RsfcParams::threshold_packets, {0, 64}),
-     "The uplink knob's auto T is never below this many packets' service at the link's "
-     "delivered rate (one MSS each), up to threshold_packets_ceiling_ms: a queue shorter than a "
-     "packet leaves a slow uplink idle between packets (0: no such floor)."},
+     "Each knob's auto T is never below this many packets' service at its link's delivered "
+     "rate (one MSS each), up to threshold_packets_ceiling_ms: a queue shorter than a packet "
+     "leaves a slow link idle between packets (0: no such floor)."},
     {"threshold_packets_ceiling_ms",
      duration_field(&RsfcParams::threshold_packets_ceiling, kMilli, {0, 10'000}),
-     "The most threshold_packets may raise the uplink knob's auto T to, whatever "
+     "The most threshold_packets may raise a knob's auto T to, whatever "
      "rsfc.threshold_ceiling_ms is."},
     {"downlink_round_trip", bool_field(&RsfcParams::downlink_round_trip),
      "The downlink knob (policy rsfc) on a phone without TCP timestamps: true runs its law on "

@@ -45,9 +45,10 @@ struct RsfcParams {
   // (Engine::phone_uploads), where it is above threshold_ceiling (0: never). Next to an
   // upload, threshold_ceiling holds.
   Nanos threshold_ceiling_download_alone = 80 * kMilli;
-  // The uplink knob's auto T is never below this many packets' service at the link's rate
-  // (a queue shorter than a packet leaves a slow link idle between packets: 23 ms a packet at
-  // 0.5 Mbit/s), though this floor never above threshold_packets_ceiling (0: no floor).
+  // Each knob's auto T is never below this many packets' service at its link's rate (a queue
+  // shorter than a packet leaves a slow link idle between packets: 23 ms a packet at 0.5
+  // Mbit/s), though this floor never above threshold_packets_ceiling (0: no floor). The
+  // downlink knob's own floor while its service swings (DownlinkQueueParams) comes on top.
   double threshold_packets = 2;
   Nanos threshold_packets_ceiling = 30 * kMilli;
   // The downlink knob on a phone without timestamps: true runs its law on the gateway's round
