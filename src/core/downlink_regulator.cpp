@@ -638,9 +638,8 @@ Nanos DownlinkQueueRegulator::threshold_for(std::optional<Nanos> rtt_min, double
     const double packet = static_cast<double>(mss_) / rate * static_cast<double>(kSecond);
     // A few packets' service whatever the link (under one packet's time the queue is empty
     // between packets and a slow link idles), at most threshold_packets_ceiling; ...
-    lo = std::max(lo,
-                  static_cast<Nanos>(std::min(p.threshold_packets_steady * packet,
-                                              static_cast<double>(p.threshold_packets_ceiling))));
+    lo =
+        std::max(lo, packet_floor(p.threshold_packets_steady, packet, p.threshold_packets_ceiling));
     // ... and while the service swings, threshold_packets of them whatever the ceiling.
     if (swinging) {
       lo = std::max(lo, static_cast<Nanos>(std::min(p.threshold_packets * packet, 10.0 * kSecond)));

@@ -337,11 +337,7 @@ Nanos UplinkRegulator::threshold_for(std::optional<Nanos> rtt_min, double packet
   // A few packets' service at the link's rate: under one packet's time the flow's queue is
   // empty between packets and the link idles (a 10 ms T on a 0.5 Mbit/s uplink, 23 ms a
   // packet: the upload 96 -> 88 % in the simulator, lab/EXPERIMENTS.md Q51).
-  if (p.threshold_packets > 0 && packet_time > 0) {
-    const double packets = std::min(p.threshold_packets * packet_time,
-                                    static_cast<double>(p.threshold_packets_ceiling));
-    lo = std::max(lo, static_cast<Nanos>(packets));
-  }
+  lo = std::max(lo, packet_floor(p.threshold_packets, packet_time, p.threshold_packets_ceiling));
   // Without timestamps t_buff is the window-opening lag, and that lag also carries the queue
   // of the phone's downloads (their data delays the ACK that opens the window): a T that leaves
   // no room for it holds the upload below its link (3g-nots: 84 -> 43 % at 30 ms).

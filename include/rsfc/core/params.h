@@ -2,6 +2,7 @@
 // never sees YAML), reloadable on SIGHUP. Every field has a safe default.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -30,6 +31,12 @@ struct DirectionParams {
 // start from it.
 constexpr uint32_t startup_floor_bytes(uint32_t initial_window_bytes) {
   return initial_window_bytes > 0 ? initial_window_bytes : 65535u;
+}
+
+// The packet floor on both knobs' auto T (RsfcParams::threshold_packets): `packets` packets'
+// service at `packet_ns` each, but never above `cap`. 0 when either is 0.
+inline Nanos packet_floor(double packets, double packet_ns, Nanos cap) {
+  return static_cast<Nanos>(std::min(packets * packet_ns, static_cast<double>(cap)));
 }
 
 // RSFC controller constants (uplink knob). See conf/rsfcd.yaml and rsfc_controller.h for
