@@ -1,4 +1,5 @@
-// IpAddr / Prefix parsing, printing and matching (config-time code).
+// types.h: IpAddr / Prefix parsing, printing and matching (config-time code), and the
+// regulators' four-byte deadline.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -143,6 +144,26 @@ TEST(Prefix, Contains) {
     EXPECT_EQ(p->contains(*a), c.inside) << c.prefix << " contains " << c.addr;
   }
   EXPECT_FALSE(Prefix{}.contains(*IpAddr::parse("1.2.3.4")));  // unset prefix matches nothing
+}
+
+// A deadline four bytes wide: pending before its time, not from it on (to its 1.05 ms unit),
+// never when unset, and right across the wrap of its 32-bit count (2^52 ns, 52 days of
+// uptime), the way TCP sequence numbers are.
+TEST(CoarseDeadline, PendingUntilItsTimeAcrossTheWrap) {
+  constexpr Nanos kUnit = Nanos{1} << 20;
+  for (const Nanos base : {Nanos{0}, 5 * kSecond, (Nanos{1} << 52) - 3 * kSecond,
+                           (Nanos{1} << 53) - kUnit, Nanos{1} << 62}) {
+    CoarseDeadline d;
+    EXPECT_FALSE(d.pending(base)) << "unset, base " << base;
+    d.set(base + 10 * kSecond);
+    EXPECT_TRUE(d.pending(base)) << base;
+    EXPECT_TRUE(d.pending(base + 10 * kSecond - 2 * kUnit)) << base;
+    EXPECT_FALSE(d.pending(base + 10 * kSecond + kUnit)) << base;
+    EXPECT_FALSE(d.pending(base + 20 * kSecond)) << base;
+    EXPECT_FALSE(d.pending(base + 20 * 24 * 3600 * kSecond)) << "20 days after, base " << base;
+    d.set(base);  // a deadline now is not pending now
+    EXPECT_FALSE(d.pending(base + kUnit)) << base;
+  }
 }
 
 }  // namespace

@@ -68,4 +68,20 @@ constexpr bool seq_ge(uint32_t a, uint32_t b) {
   return seq_le(b, a);
 }
 
+// A deadline in four bytes, for per-flow state where eight do not fit (a million flows'
+// regulators are budgeted to within a few bytes a flow of issue 17's 512 MiB). Time is kept in
+// units of 2^20 ns (about 1.05 ms) and compared in serial arithmetic, as sequence numbers are:
+// right for deadlines up to about 26 days ahead or behind. One passed longer ago than that
+// reads as pending again (for up to as long): use it where pending is the cautious reading.
+// Unset, it is never pending.
+class CoarseDeadline {
+ public:
+  void set(Nanos at) { units_ = units(at) == 0 ? 1 : units(at); }
+  bool pending(Nanos now) const { return units_ != 0 && seq_gt(units_, units(now)); }
+
+ private:
+  static uint32_t units(Nanos t) { return static_cast<uint32_t>(static_cast<uint64_t>(t) >> 20); }
+  uint32_t units_ = 0;
+};
+
 }  // namespace rsfc
