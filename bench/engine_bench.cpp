@@ -248,9 +248,10 @@ void BM_Engine_ShippedTwoWayV4(benchmark::State& state) {
   const uint32_t flows = static_cast<uint32_t>(state.range(0));
   EngineParams p = params(Policy::kRsfc);
   p.downlink.policy = Policy::kRsfc;
-  p.pacing.enabled = true;                 // conf/rsfcd.yaml:
-  p.pacing.next_to_upload_only = true;     //   the download paced while its phone uploads
-  p.rsfc.threshold_ceiling = 30 * kMilli;  //   each knob's auto T at most 30 ms
+  p.pacing.enabled = true;                        // conf/rsfcd.yaml:
+  p.pacing.next_to_upload_only = true;            //   the download paced while its phone uploads
+  p.rsfc.threshold_ceiling = 30 * kMilli;         //   each knob's auto T at most 30 ms,
+  p.rsfc.threshold_ceiling_steady = 10 * kMilli;  //   10 while its queue holds (Config)
   Engine engine(std::max<uint32_t>(flows, 16), p);
   TwoWayTraffic traffic(engine, flows);
   Nanos now = kSecond;

@@ -148,6 +148,7 @@ rsfc:
     threshold_ceiling_download_alone_ms: 90
     threshold_packets: 3.5
     threshold_packets_ceiling_ms: 45
+    threshold_ceiling_steady_ms: 12
     downlink_round_trip: false
     downlink_yield: 0.75
 drwa: { alpha: 0.5, lambda: 2.25 }
@@ -210,6 +211,7 @@ TEST(Config, EveryKeyMapsToItsField) {
   EXPECT_EQ(c.params.rsfc.threshold_ceiling_download_alone, 90 * kMilli);
   EXPECT_EQ(c.params.rsfc.threshold_packets, 3.5);
   EXPECT_EQ(c.params.rsfc.threshold_packets_ceiling, 45 * kMilli);
+  EXPECT_EQ(c.params.rsfc.threshold_ceiling_steady, 12 * kMilli);
   EXPECT_FALSE(c.params.rsfc.downlink_round_trip);
   EXPECT_EQ(c.params.rsfc.downlink_yield, 0.75);
   EXPECT_EQ(c.params.drwa.alpha, 0.5);
@@ -339,6 +341,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(c.params.uplink.policy, Policy::kRsfc);
   EXPECT_EQ(c.params.downlink.policy, Policy::kRsfc);
   EXPECT_EQ(c.params.rsfc.threshold_ceiling, 30 * kMilli);
+  EXPECT_EQ(c.params.rsfc.threshold_ceiling_steady, 10 * kMilli);  // a default (Q52)
   EXPECT_TRUE(c.params.pacing.enabled);
   EXPECT_TRUE(c.params.pacing.next_to_upload_only);
   // With the pacer's state, a million flows still fit in 512 MiB (issue 17's memory target).
@@ -372,6 +375,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.threshold_ceiling_download_alone, dp.rsfc.threshold_ceiling_download_alone);
   EXPECT_EQ(p.rsfc.threshold_packets, dp.rsfc.threshold_packets);
   EXPECT_EQ(p.rsfc.threshold_packets_ceiling, dp.rsfc.threshold_packets_ceiling);
+  EXPECT_EQ(p.rsfc.threshold_ceiling_steady, dp.rsfc.threshold_ceiling_steady);
   EXPECT_EQ(p.rsfc.downlink_round_trip, dp.rsfc.downlink_round_trip);
   EXPECT_EQ(p.rsfc.downlink_yield, dp.rsfc.downlink_yield);
   EXPECT_EQ(p.rsfc.min_window_horizon, dp.rsfc.min_window_horizon);
@@ -500,9 +504,10 @@ TEST(ConfigPrint, RsfcKeysAndTuningBlock) {
                                       "threshold_ceiling_download_alone_ms",
                                       "threshold_packets",
                                       "threshold_packets_ceiling_ms",
+                                      "threshold_ceiling_steady_ms",
                                       "downlink_round_trip",
                                       "downlink_yield"}));
-  EXPECT_EQ(all.size(), shipped.size() + 28);  // tuning and its keys: nothing else differs
+  EXPECT_EQ(all.size(), shipped.size() + 29);  // tuning and its keys: nothing else differs
 }
 
 // Printing and reading go through the same table: a printed configuration reads back as

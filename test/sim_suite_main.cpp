@@ -79,7 +79,7 @@ int usage() {
                "[--floor-swing X] [--start SECONDS] [--pacing-gain X] [--pacing-burst BYTES]\n"
                "       [--pacing-horizon SECONDS] [--threshold-ceiling MS] [--uplink-ceiling MS]\n"
                "       [--downlink-ceiling MS] [--download-alone-ceiling MS] "
-               "[--next-to-upload-only]\n"
+               "[--steady-ceiling MS] [--next-to-upload-only]\n"
                "       [--no-timestamps] [--down-swing FACTOR:PERIOD_MS]\n");
   return 2;
 }
@@ -147,6 +147,7 @@ int main(int argc, char** argv) {
   long pacing_burst = -1;
   Nanos pacing_horizon = 0;  // 0: PacingParams' own
   double ceiling_ms = -1, up_ceiling_ms = -1, down_ceiling_ms = -1, alone_ceiling_ms = -1;
+  double steady_ms = 10;  // the daemon's default (daemon_params(), config.h)
   bool next_to_upload_only = false, no_timestamps = false;
   long start_s = -1;
   Swing swing;
@@ -171,6 +172,8 @@ int main(int argc, char** argv) {
       up_ceiling_ms = std::atof(argv[++i]);
     } else if (a == "--downlink-ceiling" && more) {
       down_ceiling_ms = std::atof(argv[++i]);
+    } else if (a == "--steady-ceiling" && more) {
+      steady_ms = std::atof(argv[++i]);
     } else if (a == "--download-alone-ceiling" && more) {
       alone_ceiling_ms = std::atof(argv[++i]);
     } else if (a == "--next-to-upload-only") {
@@ -277,6 +280,10 @@ int main(int argc, char** argv) {
       if (down_ceiling_ms >= 0) {
         s.dlq.threshold_ceiling = static_cast<Nanos>(down_ceiling_ms * 1e6);
         s.dlq.threshold_floor = std::min(s.dlq.threshold_floor, s.dlq.threshold_ceiling);
+      }
+      if (steady_ms >= 0) {
+        s.rsfc.threshold_ceiling_steady = static_cast<Nanos>(steady_ms * 1e6);
+        s.dlq.threshold_ceiling_steady = s.rsfc.threshold_ceiling_steady;
       }
       if (alone_ceiling_ms > 0) s.dlq_ceiling_alone = static_cast<Nanos>(alone_ceiling_ms * 1e6);
       if (no_timestamps) s.phone_timestamps = false;

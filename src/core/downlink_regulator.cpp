@@ -27,6 +27,7 @@ DownlinkQueueParams downlink_params_from(const RsfcParams& r) {
   p.threshold_floor = r.threshold_floor;
   p.threshold_ceiling = r.threshold_ceiling;
   p.threshold_packets_steady = r.threshold_packets;
+  p.threshold_ceiling_steady = r.threshold_ceiling_steady;
   p.threshold_packets_ceiling = r.threshold_packets_ceiling;
   p.tick_multiple = r.tick_multiple;
   p.horizon = r.min_window_horizon;
@@ -70,6 +71,8 @@ DownlinkStepParams::DownlinkStepParams(const DownlinkQueueParams& next_to_upload
                                        Nanos ceiling_alone)
     : sets_{next_to_upload, next_to_upload, yielding_to_upload(next_to_upload)} {
   DownlinkQueueParams& alone = sets_[static_cast<size_t>(Choice::kAlone)];
+  // Alone, a download gets the higher ceiling whatever its queue did (no steady ceiling).
+  if (ceiling_alone > alone.threshold_ceiling) alone.threshold_ceiling_steady = 0;
   alone.threshold_ceiling = std::max(alone.threshold_ceiling, ceiling_alone);
 }
 
@@ -470,8 +473,18 @@ DownlinkQueueRegulator::Signals DownlinkQueueRegulator::measure(Nanos now,
   // Without the phone's clock no echo renews the server half: the handshake's is kept.
   if (gw_clock_ && sh) server_half_min_.update(now, sh->value, p.horizon);
   if (ph) s.rtt_min = ph->value + s.server_half;
-  s.threshold = threshold_for(s.rtt_min, 0, false, p);
   s.q_down = queue_now(now, p);
+  // The queue sign: a queue past twice the ceiling after STARTUP is a link whose service
+  // swings, and T keeps its full ceiling until a horizon passes without that (threshold_for();
+  // as the uplink knob's).
+  if (state_ != DownlinkState::kStartup && s.q_down && *s.q_down > 2 * p.threshold_ceiling) {
+    queue_swung_until_.set(now + p.horizon);
+  }
+  // The fall check (measure_rate()) reads a queue above this T as a busy link. It keeps the
+  // full ceiling: no rate is known here, so no packet floor, and a steady ceiling under one
+  // packet's service (2G: 116 ms) would take the gaps between a slow link's packets for a busy
+  // link falling (EXPERIMENTS Q52).
+  s.threshold = threshold_for(s.rtt_min, 0, false, false, p);
   if (up_delay_.ready()) s.q_up = up_delay_.filtered(now, p.filter);
   if (rtt_now_.has()) {
     s.rtt_now = std::llround(rtt_now_.get()) + s.server_half;
@@ -482,7 +495,7 @@ DownlinkQueueRegulator::Signals DownlinkQueueRegulator::measure(Nanos now,
   note_peak(now, s, p);
   // The packet floor only while the service swings (the header's T).
   const bool floor = p.floor_swing <= 0 || swinging(now);
-  s.threshold = threshold_for(s.rtt_min, s.rate, floor, p);
+  s.threshold = threshold_for(s.rtt_min, s.rate, floor, !queue_swung_until_.pending(now), p);
   // Data since the previous step, or within a round trip (data and ACKs may come in bursts,
   // and steps with them).
   const Nanos round_trip = s.rtt_now + (s.q_down ? *s.q_down : 0);
@@ -629,11 +642,15 @@ void DownlinkQueueRegulator::check_fall(Nanos now, Signals& s, bool fresh,
 // the floor only adds latency. On links of a few Mbit/s and more, three packets take less than the
 // floor, and nothing changes.
 Nanos DownlinkQueueRegulator::threshold_for(std::optional<Nanos> rtt_min, double rate,
-                                            bool swinging, const DownlinkQueueParams& p) const {
+                                            bool swinging, bool steady,
+                                            const DownlinkQueueParams& p) const {
   if (p.threshold) return *p.threshold;
   const Nanos g = gw_clock_ ? 0 : static_cast<Nanos>(ns_per_tick());
-  Nanos lo =
-      std::max(p.threshold_floor, static_cast<Nanos>(p.tick_multiple * static_cast<double>(g)));
+  // A queue that never swung needs no more than a few packets (the steady ceiling; on the
+  // phone's clock only: the gateway's round trip holds the upload's queue too).
+  const AutoBounds b = auto_bounds(p.threshold_floor, p.threshold_ceiling,
+                                   p.threshold_ceiling_steady, steady && !gw_clock_);
+  Nanos lo = std::max(b.floor, static_cast<Nanos>(p.tick_multiple * static_cast<double>(g)));
   if (rate > 0) {
     const double packet = static_cast<double>(mss_) / rate * static_cast<double>(kSecond);
     // A few packets' service whatever the link (under one packet's time the queue is empty
@@ -647,7 +664,7 @@ Nanos DownlinkQueueRegulator::threshold_for(std::optional<Nanos> rtt_min, double
   }
   // On the gateway's round trip T bounds the sum of the phone's two queues, as the upload's T
   // does (its lag holds the same sum).
-  const Nanos hi = std::max(gw_clock_ ? p.threshold_ceiling_no_ts : p.threshold_ceiling, lo);
+  const Nanos hi = std::max(gw_clock_ ? p.threshold_ceiling_no_ts : b.ceiling, lo);
   return std::clamp(rtt_min ? *rtt_min : lo, lo, hi);
 }
 

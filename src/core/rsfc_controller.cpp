@@ -262,7 +262,16 @@ UplinkRegulator::Signals UplinkRegulator::measure(Nanos now, const RsfcParams& p
   if (s.link_rate > 0) {
     s.packet_time = static_cast<double>(mss_) / s.link_rate * static_cast<double>(kSecond);
   }
-  s.threshold = threshold_for(queue_in_min ? s.rtt : s.rtt_min, s.packet_time, p);
+  // The queue sign: a buffer past twice the ceiling after STARTUP is a link whose service
+  // swings, and T keeps its full ceiling until a horizon passes without that (threshold_for()).
+  // Read at every step, the full ceiling's included: a fast steady link's own queue under a
+  // 30 ms T can pass the line too and keep it there (EXPERIMENTS Q52: the cautious side, and
+  // reading it only under the steady ceiling lost in the lab).
+  if (state_ != RsfcState::kStartup && s.t_buff && *s.t_buff > 2 * p.threshold_ceiling) {
+    queue_swung_until_.set(now + horizon(p));
+  }
+  s.threshold = threshold_for(queue_in_min ? s.rtt : s.rtt_min, s.packet_time, p,
+                              !queue_swung_until_.pending(now));
   s.rate = subscriber_share(now, s, p);
   s.ready = s.t_buff && s.rtt && s.rate > 0 && delivered_.has_sample();
   if (s.ready) {
@@ -329,11 +338,14 @@ void UplinkRegulator::measure_lag(Nanos now, Signals& s, const RsfcParams& p) co
 }
 
 Nanos UplinkRegulator::threshold_for(std::optional<Nanos> rtt_min, double packet_time,
-                                     const RsfcParams& p) const {
+                                     const RsfcParams& p, bool steady) const {
   if (p.threshold) return *p.threshold;
   const Nanos g = static_cast<Nanos>(delay_.tick().ns_per_tick());
-  Nanos lo =
-      std::max(p.threshold_floor, static_cast<Nanos>(p.tick_multiple * static_cast<double>(g)));
+  // A link whose buffer never swung needs no queue above a few packets (the steady ceiling;
+  // timestamps only: the lag below holds the downloads' queue too).
+  const AutoBounds b = auto_bounds(p.threshold_floor, p.threshold_ceiling,
+                                   p.threshold_ceiling_steady, steady && ts_);
+  Nanos lo = std::max(b.floor, static_cast<Nanos>(p.tick_multiple * static_cast<double>(g)));
   // A few packets' service at the link's rate: under one packet's time the flow's queue is
   // empty between packets and the link idles (a 10 ms T on a 0.5 Mbit/s uplink, 23 ms a
   // packet: the upload 96 -> 88 % in the simulator, lab/EXPERIMENTS.md Q51).
@@ -341,7 +353,7 @@ Nanos UplinkRegulator::threshold_for(std::optional<Nanos> rtt_min, double packet
   // Without timestamps t_buff is the window-opening lag, and that lag also carries the queue
   // of the phone's downloads (their data delays the ACK that opens the window): a T that leaves
   // no room for it holds the upload below its link (3g-nots: 84 -> 43 % at 30 ms).
-  const Nanos hi = std::max(ts_ ? p.threshold_ceiling : p.threshold_ceiling_lag, lo);
+  const Nanos hi = std::max(ts_ ? b.ceiling : p.threshold_ceiling_lag, lo);
   return std::clamp(rtt_min ? *rtt_min : lo, lo, hi);
 }
 

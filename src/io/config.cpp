@@ -822,6 +822,15 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
      duration_field(&RsfcParams::threshold_packets_ceiling, kMilli, {0, 10'000}),
      "The most threshold_packets may raise a knob's auto T to, whatever "
      "rsfc.threshold_ceiling_ms is."},
+    {"threshold_ceiling_steady_ms",
+     duration_field(&RsfcParams::threshold_ceiling_steady, kMilli, {0, 10'000}),
+     "Each knob's auto-T ceiling, and its floor where rsfc.threshold_floor_ms is higher, while "
+     "the knob's own filtered queue stays within twice rsfc.threshold_ceiling_ms after the "
+     "flow's start-up: a link that serves at a steady rate needs no more queue than a few "
+     "packets. Once the queue goes past, the full ceiling holds until it has stayed within for "
+     "rsfc.min_window_horizon_s (a link whose service swings keeps its window through slow "
+     "spells). Flows with timestamps only; never above rsfc.threshold_ceiling_ms, the packet "
+     "floor (threshold_packets) on top; not for a download alone (0: off)."},
     {"downlink_round_trip", bool_field(&RsfcParams::downlink_round_trip),
      "The downlink knob (policy rsfc) on a phone without TCP timestamps: true runs its law on "
      "the gateway's round trip (data forwarded to the ACK that covers it), which holds the "
@@ -849,7 +858,8 @@ const FieldTable<RsfcParams> kRsfcFields = {
     {"threshold_ceiling_ms", duration_field(&RsfcParams::threshold_ceiling, kMilli, {1, 10'000}),
      "auto T is never above this: the latency budget of each knob's queue (for a download "
      "alone rsfc.tuning.threshold_ceiling_download_alone_ms when higher, for the upload of a "
-     "phone without timestamps rsfc.tuning.threshold_ceiling_lag_ms)."},
+     "phone without timestamps rsfc.tuning.threshold_ceiling_lag_ms; while the knob's own queue "
+     "has not gone past twice this, rsfc.tuning.threshold_ceiling_steady_ms when lower)."},
     {"min_window_horizon_s", duration_field(&RsfcParams::min_window_horizon, kSecond, {1, 3'600}),
      "Sliding window over which min(d) is taken: long enough to have seen an almost empty "
      "buffer, short enough for clock drift and route changes to age out."},

@@ -74,7 +74,8 @@ TUNING_KEYS = [
     "unused_fraction", "unused_decay", "startup_growth", "probe_doublings", "recut_fraction",
     "min_window_segments", "lag_confirm_fraction", "refresh_holdoff",
     "threshold_ceiling_lag_ms", "threshold_ceiling_download_alone_ms", "threshold_packets",
-    "threshold_packets_ceiling_ms", "downlink_round_trip", "downlink_yield"]
+    "threshold_packets_ceiling_ms", "threshold_ceiling_steady_ms", "downlink_round_trip",
+    "downlink_yield"]
 
 
 def _print_config(binary, *flags):

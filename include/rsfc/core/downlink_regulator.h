@@ -200,6 +200,8 @@ struct DownlinkQueueParams {
   std::optional<Nanos> threshold;         // T on q_down; nullopt = auto (see the header)
   Nanos threshold_floor = 20 * kMilli;    // auto T never below this
   Nanos threshold_ceiling = 80 * kMilli;  // auto T never above this
+  // auto T's ceiling and floor at most this while q_down has not swung (RsfcParams; 0: off)
+  Nanos threshold_ceiling_steady = 0;
   // auto T never below min(this many packets' service at the rate, threshold_packets_ceiling),
   // the service steady or not (RsfcParams::threshold_packets; 0: none)
   double threshold_packets_steady = 2;
@@ -410,7 +412,7 @@ class DownlinkQueueRegulator {
   static bool acks_late(const Readings& r);
   bool first_sample_due(Nanos now, const Readings& r, Nanos interval) const;
   void check_fall(Nanos now, Signals& s, bool fresh, const DownlinkQueueParams& p);
-  Nanos threshold_for(std::optional<Nanos> rtt_min, double rate, bool swinging,
+  Nanos threshold_for(std::optional<Nanos> rtt_min, double rate, bool swinging, bool steady,
                       const DownlinkQueueParams& p) const;
   void startup(Nanos now, const Signals& s, const DownlinkQueueParams& p);
   void slow(Nanos now, const Signals& s, const DownlinkQueueParams& p);
@@ -491,6 +493,7 @@ class DownlinkQueueRegulator {
   uint16_t fast_steps_in_force_ = 0;
   uint8_t fall_streak_ = 0;  // rate samples in a row below fall_fraction * rate, q > T
   bool held_fall_ = false;   // the swing window's peak held through the last fall; no comeback
+  uint8_t next_edge_ = 0;    // edges_'s next slot (declared here, it fills padding)
   uint32_t min_segments_ = 2;
   uint32_t probe_streak_ = 0;
   Nanos probe_wait_ = 0;       // SLOW: no probe step before this
@@ -501,13 +504,15 @@ class DownlinkQueueRegulator {
   uint32_t edge_max_ = 0;               // highest right edge asked for (ack + W) or forwarded
   uint32_t cut_edge_ = 0;               // edge_max_ when W was last cut
   std::array<EdgeAt, kEdges> edges_{};  // the latest right edges asked for (a ring)
-  uint8_t next_edge_ = 0;
   bool window_used_ = false;  // since the last step the server's data reached its right edge
   bool edge_known_ = false;
 
   // DRAIN.
   bool drained_once_ = false;  // a drain has seen the queue empty (min(d) confirmed)
   bool suspect_ = false;       // confirmations may be against a re-learnt min(d)
+  // q_down went past twice threshold_ceiling after STARTUP within the horizon: T keeps the
+  // full ceiling until then (measure(), threshold_for()). Four bytes, in padding.
+  CoarseDeadline queue_swung_until_;
   Drain drain_;
   Nanos evidence_since_ = 0;
   Nanos swinging_until_ = 0;  // the packet floor on T holds until then
@@ -560,7 +565,8 @@ class DownlinkStepParams {
   bool differs(Choice c) const {
     const DownlinkQueueParams& x = (*this)[c];
     return x.threshold_ceiling != base().threshold_ceiling ||
-           x.threshold_ceiling_no_ts != base().threshold_ceiling_no_ts;
+           x.threshold_ceiling_no_ts != base().threshold_ceiling_no_ts ||
+           x.threshold_ceiling_steady != base().threshold_ceiling_steady;
   }
 
   std::array<DownlinkQueueParams, 3> sets_;  // indexed by Choice

@@ -39,6 +39,17 @@ inline Nanos packet_floor(double packets, double packet_ns, Nanos cap) {
   return static_cast<Nanos>(std::min(packets * packet_ns, static_cast<double>(cap)));
 }
 
+// Auto T's floor and ceiling on a knob whose own queue has not swung (RsfcParams::
+// threshold_ceiling_steady, `steady_ceiling`; 0: off): both at most that steady ceiling.
+struct AutoBounds {
+  Nanos floor;
+  Nanos ceiling;
+};
+constexpr AutoBounds auto_bounds(Nanos floor, Nanos ceiling, Nanos steady_ceiling, bool steady) {
+  if (!steady || steady_ceiling <= 0) return {floor, ceiling};
+  return {std::min(floor, steady_ceiling), std::min(ceiling, steady_ceiling)};
+}
+
 // RSFC controller constants (uplink knob). See conf/rsfcd.yaml and rsfc_controller.h for
 // what each one means; T below is the threshold on the filtered uplink buffering delay.
 struct RsfcParams {
@@ -58,6 +69,12 @@ struct RsfcParams {
   // downlink knob's own floor while its service swings (DownlinkQueueParams) comes on top.
   double threshold_packets = 2;
   Nanos threshold_packets_ceiling = 30 * kMilli;
+  // Each knob's auto-T ceiling (and floor) while its own filtered queue stays within twice
+  // threshold_ceiling after its start-up; the full ceiling until min_window_horizon has passed
+  // without that (0: off). A link whose service holds needs no more than a few packets of queue
+  // (lab/EXPERIMENTS.md Q52). Off here, as the control law's other tests and the simulator's
+  // cases run it; the daemon's configuration turns it on (Config, 10 ms).
+  Nanos threshold_ceiling_steady = 0;
   // The downlink knob on a phone without timestamps: true runs its law on the gateway's round
   // trip (both of the phone's queues; T as the upload's, threshold_ceiling_lag), false leaves
   // such a download unclamped (downlink_regulator.h).

@@ -266,7 +266,8 @@ class UplinkRegulator {
   void measure_timestamps(Nanos now, Signals& s, const RsfcParams& p) const;
   void measure_lag(Nanos now, Signals& s, const RsfcParams& p) const;
   void measure_link(Signals& s);
-  Nanos threshold_for(std::optional<Nanos> rtt_min, double packet_time, const RsfcParams& p) const;
+  Nanos threshold_for(std::optional<Nanos> rtt_min, double packet_time, const RsfcParams& p,
+                      bool steady) const;
   double subscriber_share(Nanos now, const Signals& s, const RsfcParams& p);
   void startup(Nanos now, const Signals& s, const RsfcParams& p);
   void slow(Nanos now, const Signals& s, const RsfcParams& p);
@@ -368,6 +369,9 @@ class UplinkRegulator {
   uint32_t edge_max_ = 0;
   uint32_t ack_max_ = 0;
   uint32_t cut_edge_ = 0;  // edge_max_ when W was last cut
+  // The buffer went past twice threshold_ceiling after STARTUP within the horizon: T keeps the
+  // full ceiling until then (measure(), threshold_for()). Four bytes, in padding.
+  CoarseDeadline queue_swung_until_;
 
   // MONITOR: the drain in progress, and what scheduled drains (refresh_due()) remember.
   Drain drain_;

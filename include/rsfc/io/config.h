@@ -15,6 +15,16 @@ namespace rsfc {
 
 enum class LogLevel : uint8_t { kDebug, kInfo, kWarn, kError };
 
+// The core's defaults with what the daemon runs on top of them where the core's stay off: each
+// knob's steady ceiling (rsfc.tuning.threshold_ceiling_steady_ms, 10 ms; the lab's suite,
+// lab/EXPERIMENTS.md Q52). conf/rsfcd.yaml leaves the tuning block out, so a tuning value the
+// recommendation needs is a default here.
+constexpr EngineParams daemon_params() {
+  EngineParams p;
+  p.rsfc.threshold_ceiling_steady = 10 * kMilli;
+  return p;
+}
+
 struct Config {
   std::vector<uint16_t> queues{0};
   uint32_t queue_maxlen = 8192;      // queue.maxlen: kernel-side packets waiting for us
@@ -26,7 +36,7 @@ struct Config {
   LogLevel log_level = LogLevel::kInfo;
   std::string decision_log;  // JSON lines, one per control decision; "" = off (reloadable)
   uint64_t decision_log_max_bytes = uint64_t{256} << 20;  // its size cap; 0 = none (reloadable)
-  EngineParams params;
+  EngineParams params = daemon_params();
 };
 
 class ConfigError : public std::runtime_error {
