@@ -58,7 +58,9 @@ SWING = "swing:2000:7200:40:4:1000:1049:262"
 
 
 def run_swing(*extra: str) -> str:
-    return simsuite(SWING, *extra).stdout
+    # At Q43's settings: the steady ceiling (Q52) off. With it on, the 0.5 s horizon still gains
+    # the upload 8 points here, but its p95 reads 349 against 387 ms (x0.90), not 303 against 382.
+    return simsuite(SWING, "--steady-ceiling", "0", *extra).stdout
 
 
 def test_the_pacing_horizon_is_the_pacers_window_and_three_seconds_by_default():
