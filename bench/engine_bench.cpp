@@ -9,6 +9,7 @@
 #include "../test/packet_builder.h"
 #include "rsfc/core/engine.h"
 #include "rsfc/core/pacer.h"
+#include "rsfc/io/config.h"
 
 namespace {
 
@@ -248,10 +249,11 @@ void BM_Engine_ShippedTwoWayV4(benchmark::State& state) {
   const uint32_t flows = static_cast<uint32_t>(state.range(0));
   EngineParams p = params(Policy::kRsfc);
   p.downlink.policy = Policy::kRsfc;
-  p.pacing.enabled = true;                        // conf/rsfcd.yaml:
-  p.pacing.next_to_upload_only = true;            //   the download paced while its phone uploads
-  p.rsfc.threshold_ceiling = 30 * kMilli;         //   each knob's auto T at most 30 ms,
-  p.rsfc.threshold_ceiling_steady = 10 * kMilli;  //   10 while its queue holds (Config)
+  p.pacing.enabled = true;                 // conf/rsfcd.yaml:
+  p.pacing.next_to_upload_only = true;     //   the download paced while its phone uploads
+  p.rsfc.threshold_ceiling = 30 * kMilli;  //   each knob's auto T at most 30 ms,
+  p.rsfc.threshold_ceiling_steady =        //   10 while its queue holds (the daemon's default)
+      daemon_params().rsfc.threshold_ceiling_steady;
   Engine engine(std::max<uint32_t>(flows, 16), p);
   TwoWayTraffic traffic(engine, flows);
   Nanos now = kSecond;

@@ -12,9 +12,11 @@
 #include <cstdio>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "regulator_sim.h"
+#include "rsfc/io/config.h"
 #include "sim_trace_link.h"
 #include "thin_download_script.h"
 
@@ -23,6 +25,11 @@ namespace {
 
 using sim::Result;
 using sim::Scenario;
+
+// The median of the seeds' values (the upper one of an even count).
+double median(std::vector<double> v) {
+  return sim::percentile(std::move(v), 0.5);
+}
 
 // --- Scripted ------------------------------------------------------------------------------
 
@@ -596,10 +603,6 @@ TEST_P(SimDownlinkQueue, NextToAnRsfcUploadNoStarvation) {
     queue_down.push_back(q.r.download_bps);
     drwa_down.push_back(drwa.r.download_bps);
   }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   EXPECT_GE(median(of_off), 0.95);
   EXPECT_GE(median(of_alone), 0.85);
   EXPECT_GE(median(up_of_off), 0.95);
@@ -660,10 +663,6 @@ TEST_P(SimDownlinkQueue, TimestamplessPhoneOnTheGatewaysRoundTrip) {
     up_off.push_back(off.r.upload_bps);
     up_q.push_back(q.r.upload_bps);
   }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   EXPECT_GE(median(down_q), 0.9 * median(down_off));
   EXPECT_GE(median(up_q), 0.9 * median(up_off));
 }
@@ -1178,10 +1177,6 @@ TEST(SimDownlinkPacing, ConstantLinksHalveThePhonesLatencyUnderBothTransfers) {
           lte ? "lte" : "3g", seed, both.ping_p95_ms, paced.ping_p95_ms, 100 * dl.back(),
           100 * ul.back(), 100 * alone_ratio.back());
     }
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
     const char* cell = lte ? "lte" : "3g";
     EXPECT_LE(median(p95_ratio), 0.7) << cell;
     EXPECT_GE(median(dl), 0.9) << cell;
@@ -1201,7 +1196,8 @@ Scenario shipped_scenario(Scenario x, bool regulated) {
   x.dlq.threshold_ceiling = 30 * kMilli;
   x.dlq.threshold_floor = std::min(x.dlq.threshold_floor, x.dlq.threshold_ceiling);
   x.dlq_ceiling_alone = 80 * kMilli;
-  x.rsfc.threshold_ceiling_steady = x.dlq.threshold_ceiling_steady = 10 * kMilli;
+  x.rsfc.threshold_ceiling_steady = x.dlq.threshold_ceiling_steady =
+      daemon_params().rsfc.threshold_ceiling_steady;
   if (regulated) {
     x.uplink = Policy::kRsfc;
     x.downlink = Policy::kRsfc;
@@ -1243,10 +1239,6 @@ TEST(SimDownlinkPacing, TwoGUnderBothTransfersMeetsTheTarget) {
         "    2g seed %u: p95 %.0f ms (download alone unregulated %.0f ms), dl %.0f %% ul %.0f %%\n",
         seed, both.ping_p95_ms, down0.ping_p95_ms, 100 * dl.back(), 100 * ul.back());
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   EXPECT_LT(median(p95), 1000.0);
   EXPECT_GT(median(dl), 0.8);
   EXPECT_GT(median(ul), 0.8);
@@ -1318,10 +1310,6 @@ TEST(SimBothKnobs, TenMillisecondsOfQueueNeverUnderTwoPacketsOfTheLink) {
       }
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   EXPECT_GE(median(with_floor), 0.93);
   EXPECT_LT(median(without), 0.91);
 }
@@ -1356,10 +1344,6 @@ TEST(SimBothKnobs, TenMillisecondsOfQueueWhileTheQueueNeverSwung) {
     down.push_back(steady.download_bps / full.download_bps);
     up.push_back(steady.upload_bps / full.upload_bps);
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   EXPECT_LE(median(p95), 0.85);
   EXPECT_GE(median(down), 0.95);
   EXPECT_GE(median(up), 0.95);

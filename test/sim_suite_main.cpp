@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "regulator_sim.h"
+#include "rsfc/io/config.h"
 #include "sim_trace_link.h"
 
 namespace {
@@ -147,7 +148,8 @@ int main(int argc, char** argv) {
   long pacing_burst = -1;
   Nanos pacing_horizon = 0;  // 0: PacingParams' own
   double ceiling_ms = -1, up_ceiling_ms = -1, down_ceiling_ms = -1, alone_ceiling_ms = -1;
-  double steady_ms = 10;  // the daemon's default (daemon_params(), config.h)
+  double steady_ms =  // the daemon's default
+      static_cast<double>(daemon_params().rsfc.threshold_ceiling_steady) / kMilli;
   bool next_to_upload_only = false, no_timestamps = false;
   long start_s = -1;
   Swing swing;
