@@ -262,12 +262,15 @@ UplinkRegulator::Signals UplinkRegulator::measure(Nanos now, const RsfcParams& p
   if (s.link_rate > 0) {
     s.packet_time = static_cast<double>(mss_) / s.link_rate * static_cast<double>(kSecond);
   }
-  // The queue sign: a buffer past twice the ceiling after STARTUP is a link whose service
-  // swings, and T keeps its full ceiling until a horizon passes without that (threshold_for()).
-  // Read at every step, the full ceiling's included: a fast steady link's own queue under a
-  // 30 ms T can pass the line too and keep it there (EXPERIMENTS Q52: the cautious side, and
-  // reading it only under the steady ceiling lost in the lab).
-  if (state_ != RsfcState::kStartup && s.t_buff && *s.t_buff > 2 * p.threshold_ceiling) {
+  // The queue sign: a buffer past its level after STARTUP is a link whose service swings, and T
+  // keeps its full ceiling until a horizon passes without that (threshold_for()). The level is
+  // twice the ceiling plus half the base round trip: the law moves the window once a round trip,
+  // and on a steady link its own filtered queue peaks higher the longer that is (the simulator,
+  // T 10 ms: 55 ms at a 60 ms round trip, 75 at 100, 107 at 200; the lab's 3G and LTE up to
+  // 61 ms, over twice the ceiling alone: EXPERIMENTS Q53). Read at every step, the full
+  // ceiling's included (reading it only under the steady ceiling lost in the lab, Q52).
+  const Nanos level = 2 * p.threshold_ceiling + (s.rtt_min ? *s.rtt_min / 2 : 0);
+  if (state_ != RsfcState::kStartup && s.t_buff && *s.t_buff > level) {
     queue_swung_until_.set(now + horizon(p));
   }
   s.threshold = threshold_for(queue_in_min ? s.rtt : s.rtt_min, s.packet_time, p,

@@ -825,8 +825,9 @@ const FieldTable<RsfcParams> kRsfcTuningFields = {
     {"threshold_ceiling_steady_ms",
      duration_field(&RsfcParams::threshold_ceiling_steady, kMilli, {0, 10'000}),
      "Each knob's auto-T ceiling, and its floor where rsfc.threshold_floor_ms is higher, while "
-     "the knob's own filtered queue stays within twice rsfc.threshold_ceiling_ms after the "
-     "flow's start-up: a link that serves at a steady rate needs no more queue than a few "
+     "the knob's own filtered queue stays within twice rsfc.threshold_ceiling_ms (the "
+     "upload's: plus half its base round trip) after the flow's start-up: a link that serves "
+     "at a steady rate needs no more queue than a few "
      "packets. Once the queue goes past, the full ceiling holds until it has stayed within for "
      "rsfc.min_window_horizon_s (a link whose service swings keeps its window through slow "
      "spells). Flows with timestamps only; never above rsfc.threshold_ceiling_ms, the packet "
@@ -859,7 +860,8 @@ const FieldTable<RsfcParams> kRsfcFields = {
      "auto T is never above this: the latency budget of each knob's queue (for a download "
      "alone rsfc.tuning.threshold_ceiling_download_alone_ms when higher, for the upload of a "
      "phone without timestamps rsfc.tuning.threshold_ceiling_lag_ms; while the knob's own queue "
-     "has not gone past twice this, rsfc.tuning.threshold_ceiling_steady_ms when lower)."},
+     "has not gone past twice this (the upload's: plus half its base round trip), "
+     "rsfc.tuning.threshold_ceiling_steady_ms when lower)."},
     {"min_window_horizon_s", duration_field(&RsfcParams::min_window_horizon, kSecond, {1, 3'600}),
      "Sliding window over which min(d) is taken: long enough to have seen an almost empty "
      "buffer, short enough for clock drift and route changes to age out."},

@@ -70,10 +70,11 @@ struct RsfcParams {
   double threshold_packets = 2;
   Nanos threshold_packets_ceiling = 30 * kMilli;
   // Each knob's auto-T ceiling (and floor) while its own filtered queue stays within twice
-  // threshold_ceiling after its start-up; the full ceiling until min_window_horizon has passed
-  // without that (0: off). A link whose service holds needs no more than a few packets of queue
-  // (lab/EXPERIMENTS.md Q52). Off here, as the control law's other tests and the simulator's
-  // cases run it; the daemon's configuration turns it on (Config, 10 ms).
+  // threshold_ceiling (the uplink's: plus half its base round trip) after its start-up; the full
+  // ceiling until min_window_horizon has passed without that (0: off). A link whose service holds
+  // needs no more than a few packets of queue (lab/EXPERIMENTS.md Q52, Q53). Off here, as the
+  // control law's other tests and the simulator's cases run it; the daemon's configuration turns
+  // it on (Config, 10 ms).
   Nanos threshold_ceiling_steady = 0;
   // The downlink knob on a phone without timestamps: true runs its law on the gateway's round
   // trip (both of the phone's queues; T as the upload's, threshold_ceiling_lag), false leaves
