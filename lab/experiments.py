@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import topo as topo_mod  # noqa: E402
 from exps import changes, fairness, stacks, suite, trace, uploads, web  # noqa: E402
+import policies as policies_mod  # noqa: E402
 from policies import check_policy  # noqa: E402
 from shaping import linkem_binary  # noqa: E402
 
@@ -86,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="suite: each policy runs only its test with both transfers, and off "
                          "runs nothing: arms compared by lab/compare_runs.py, which takes the "
                          "percentages' baselines from a whole suite's JSON (--offs)")
+    ap.add_argument("--build", action="append", default=[], metavar="NAME=DIR",
+                    help="another build's directory, for the policies POLICY@NAME (e.g. "
+                         "--build variant=../q/build --policies shipped,shipped@variant: both "
+                         "builds side by side, test by test); repeatable; RSFC_BUILDS too")
     ap.add_argument("--resume", action="store_true",
                     help="suite: skip the tests already in WORKDIR/suite/results.jsonl")
     ap.add_argument("--dry-run", action="store_true",
@@ -135,6 +140,14 @@ def main(argv=None) -> int:
         ap.error("a scenario is needed (or --show)")
     if a.capture:
         os.environ["RSFC_LAB_CAPTURE"] = "1"  # every Bench of this run (exps/bench.py)
+    for spec in a.build:
+        try:
+            for name, path in policies_mod.parse_builds(spec).items():
+                if name in policies_mod.BUILDS:
+                    raise ValueError(f"build {name!r} given twice")
+                policies_mod.BUILDS[name] = path
+        except ValueError as e:
+            ap.error(str(e))
     a.statics = [int(x) for x in a.statics.split(",")] if a.statics else None
     a.extra_policies = [p.strip() for p in (a.extra_policies or "").split(",") if p.strip()]
     checked = list(a.extra_policies)
@@ -181,6 +194,7 @@ def main(argv=None) -> int:
     out = experiment.run(a, log)
     out["meta"] = {"time": stamp, "kernel": os.uname().release, "wall_s": round(
         time.monotonic() - t_start), "rsfcd": str(topo_mod.rsfcd_binary()),
+        "builds": {k: str(v / "rsfcd") for k, v in policies_mod.BUILDS.items()},
         "git": a.git["describe"], "commit": a.git["commit"], "dirty": a.git["dirty"],
         "command": command_line(), "cwd": os.getcwd()}
     out_path.write_text(json.dumps(out))
@@ -208,9 +222,10 @@ def git_state() -> dict:
 
 
 def command_line() -> str:
-    """The command that ran, as one shell line (with RSFC_BUILD_DIR / RSFC_TRACES_DIR)."""
-    env = [f"{k}={shlex.quote(os.environ[k])}" for k in ("RSFC_BUILD_DIR", "RSFC_TRACES_DIR")
-           if k in os.environ]
+    """The command that ran, as one shell line (with RSFC_BUILD_DIR / RSFC_BUILDS /
+    RSFC_TRACES_DIR)."""
+    env = [f"{k}={shlex.quote(os.environ[k])}"
+           for k in ("RSFC_BUILD_DIR", "RSFC_BUILDS", "RSFC_TRACES_DIR") if k in os.environ]
     return " ".join(env + [shlex.quote(sys.executable)] + [shlex.quote(x) for x in sys.argv])
 
 

@@ -24,6 +24,11 @@ knob is off unless the policy says otherwise). Used by lab/scenarios.py and lab/
     shipped[key=value;...]    the same with overrides of its top-level keys, e.g.
                               shipped[rsfc.tuning.rtt_window_min_ms=2000]: a variant of the
                               shipped file, run beside it in one suite
+    POLICY@NAME               POLICY run by another build's rsfcd: NAME's build directory
+                              (experiments.py --build NAME=DIR, or RSFC_BUILDS="NAME=DIR,...");
+                              shipped,shipped@variant runs the two builds side by side, test
+                              by test, in one suite (the cells move between sessions by as
+                              much as a change does: lab/EXPERIMENTS.md Q53)
 
 A dotted key nests: rsfc[tuning.probe_below=0.3] sets rsfc.tuning.probe_below (the control
 law's experimental block), rsfc+drwa[rsfc.tuning.probe_below=0.3;lambda=2] the same and
@@ -34,6 +39,8 @@ it starts. Tests that log rsfcd's decisions set the top-level `decision_log` key
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -43,7 +50,47 @@ import topo as topo_mod
 POLICY_FORMS = ("none, off, observe, static:BYTES, static2:BYTES, rsfc, rsfc[key=value;...], "
                 "rsfc+drwa, rsfc+drwa[key=value;...], off+drwa, off+drwa[key=value;...], "
                 "rsfc+rsfc, rsfc+rsfc[key=value;...], off+rsfc, off+rsfc[key=value;...], shipped, "
-                "shipped[key=value;...]")
+                "shipped[key=value;...]; any of them @NAME for another build")
+BUILD_NAME = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+
+
+def parse_builds(text: str) -> dict[str, Path]:
+    """"NAME=DIR,NAME=DIR" (RSFC_BUILDS; one item: --build) -> {NAME: DIR}. ValueError for
+    an item without "=", a name outside [A-Za-z0-9_.-]{1,40}, an empty directory or a name
+    given twice."""
+    builds: dict[str, Path] = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, eq, path = item.partition("=")
+        name, path = name.strip(), path.strip()
+        if not eq or not path or not BUILD_NAME.fullmatch(name):
+            raise ValueError(f"build {item!r}: expected NAME=DIR, NAME of [A-Za-z0-9_.-]")
+        if name in builds:
+            raise ValueError(f"build {name!r} given twice")
+        builds[name] = Path(path)
+    return builds
+
+
+# The builds a policy may name (POLICY@NAME): RSFC_BUILDS, then experiments.py --build.
+BUILDS: dict[str, Path] = parse_builds(os.environ.get("RSFC_BUILDS", ""))
+
+
+def split_build(policy: str) -> tuple[str, str | None]:
+    """"POLICY@NAME" -> (POLICY, NAME); a policy without a build suffix -> (policy, None).
+    ValueError for a NAME that no --build / RSFC_BUILDS gave."""
+    base, at, name = policy.rpartition("@")
+    if not at or not BUILD_NAME.fullmatch(name) or base.endswith("@"):
+        return policy, None
+    if name not in BUILDS:
+        known = ", ".join(sorted(BUILDS)) or "none given"
+        raise ValueError(f"policy {policy!r}: no build {name!r} (--build NAME=DIR or "
+                         f"RSFC_BUILDS; builds: {known})")
+    return base, name
+
+
+def policy_binary(policy: str) -> Path:
+    """The rsfcd a policy runs: its build's (POLICY@NAME) or RSFC_BUILD_DIR's."""
+    _, name = split_build(policy)
+    return BUILDS[name] / "rsfcd" if name else topo_mod.rsfcd_binary()
 SHIPPED_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "rsfcd.yaml"
 # Keys of conf/rsfcd.yaml that describe the machine rsfcd runs on rather than how it
 # regulates: the lab sets its own (topo.DEFAULT_CONFIG, the decision log per test).
@@ -86,7 +133,8 @@ def parse_overrides(text: str) -> dict:
 
 def policy_config(policy: str) -> dict | None:
     """rsfcd config (merged over topo.DEFAULT_CONFIG) for an uplink policy; None = no daemon.
-    ValueError for a string this does not know."""
+    ValueError for a string this does not know. POLICY@NAME is POLICY's (split_build())."""
+    policy, _ = split_build(policy)
     if policy == "none":
         return None
     down = {"policy": "off"}
@@ -164,9 +212,12 @@ def shipped_config(path: Path = SHIPPED_CONFIG) -> dict:
 def check_policy(policy: str) -> None:
     """Rejects a bad policy before anything runs: ValueError for a string policy_config does
     not know, and, when the rsfcd binary is built, for a configuration rsfcd --check-config
-    refuses (a misspelt override key would otherwise end a long run with a failed start)."""
+    refuses (a misspelt override key would otherwise end a long run with a failed start).
+    A policy of another build (POLICY@NAME) needs that build's rsfcd."""
     cfg = policy_config(policy)
-    binary = topo_mod.rsfcd_binary()
+    binary = policy_binary(policy)
+    if split_build(policy)[1] and not binary.exists():
+        raise ValueError(f"policy {policy!r}: no {binary} (build target rsfcd)")
     if cfg is None or not binary.exists():
         return
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:

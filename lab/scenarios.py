@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import topo as topo_mod  # noqa: E402
 from measure import fmt, mean_rate, payload_fraction, percentile, receiver_intervals  # noqa: E402
-from policies import POLICY_FORMS, check_policy, policy_config  # noqa: E402
+from policies import POLICY_FORMS, check_policy, policy_binary, policy_config  # noqa: E402
 from shaping import LINKS, LinkSpec, Shaping  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -175,7 +175,7 @@ def run_test(scenario: Scenario, policy: str, kind: str, duration: float, warmup
                 # RSFC_LAB_KNOBS=uplink (etc.): the rules queue only what the knobs need
                 # (rsfcd-iptables.sh -k); default every TCP packet.
                 t.nfqueue_rules([0], knobs=os.environ.get("RSFC_LAB_KNOBS", "all"))
-                daemon = topo_mod.Daemon(t, cfg)
+                daemon = topo_mod.Daemon(t, cfg, binary=policy_binary(policy))
             procs = {}
             cc = ["-C", "cubic"]
             if kind in ("dl", "both"):

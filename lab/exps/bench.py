@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import topo as topo_mod
-from policies import policy_config, wants_decision_log, with_decision_log
+from policies import policy_binary, policy_config, wants_decision_log, with_decision_log
 from shaping import UPLINK_QUEUE, LinkSpec, Shaping, linkem_binary
 
 LAB = Path(__file__).resolve().parent.parent
@@ -184,7 +184,7 @@ class Bench:
         cfg = self.daemon_config()
         if cfg is None or self.daemon is not None:
             return
-        self.daemon = topo_mod.Daemon(self.topo, cfg)
+        self.daemon = topo_mod.Daemon(self.topo, cfg, binary=policy_binary(self.policy))
         self.event("daemon started")
 
     def _start_extra_delay(self) -> None:

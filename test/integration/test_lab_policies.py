@@ -6,6 +6,7 @@ never silently measures the defaults instead. The decision log's path goes to th
 top-level `decision_log` key."""
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +167,65 @@ def test_a_repeated_policy_gets_its_own_column(monkeypatch):
     assert results["rsfc"]["both"].dl_mbps == 7.0 and results["rsfc #2"]["both"].dl_mbps == 9.0
     table = scenarios.format_table(sc, scenarios.summarize(sc, results), 40, 10)
     assert "rsfc #2" in table and "9.00" in table and "7.00" in table
+
+
+# ---- another build (POLICY@NAME): two builds side by side in one suite ----------------------
+def test_a_policy_of_another_build_runs_that_builds_daemon(monkeypatch, tmp_path):
+    """POLICY@NAME is POLICY's configuration run by NAME's rsfcd (lab/EXPERIMENTS.md Q53: the
+    trace cells move between sessions by as much as a change does, so two builds are judged
+    side by side, test by test)."""
+    import policies
+    import topo
+
+    monkeypatch.setitem(policies.BUILDS, "variant", tmp_path / "vbuild")
+    assert policy_config("shipped@variant") == policy_config("shipped")
+    assert policy_config("rsfc[fast_target=1.5]@variant") == policy_config("rsfc[fast_target=1.5]")
+    assert policies.policy_binary("shipped@variant") == tmp_path / "vbuild" / "rsfcd"
+    assert policies.policy_binary("shipped") == topo.rsfcd_binary()
+    # An '@' inside an override's value names no build.
+    assert policy_config("rsfc[tuning.note=a@b]") == {
+        "uplink": {"policy": "rsfc"}, "downlink": {"policy": "off"},
+        "rsfc": {"tuning": {"note": "a@b"}}}
+    with pytest.raises(ValueError, match="no build 'other'"):
+        policy_config("shipped@other")
+    with pytest.raises(ValueError, match="vbuild/rsfcd"):  # not built: refused before any run
+        policies.check_policy("shipped@variant")
+
+    started = []
+
+    def daemon(topo_, cfg, binary=None):
+        started.append(binary)
+        return object()
+    monkeypatch.setattr(topo, "Daemon", daemon)
+    for policy in ("shipped", "shipped@variant"):
+        b = Bench("t", LINKS["3g"], policy, workdir=tmp_path, log=lambda _: None)
+        b.start_daemon()
+    assert started == [topo.rsfcd_binary(), tmp_path / "vbuild" / "rsfcd"]
+
+
+@pytest.mark.parametrize("text", ["variant", "=dir", "a b=dir", "v=", "v=d1,v=d2", "v/x=dir"])
+def test_a_bad_build_is_refused(text):
+    import policies
+
+    with pytest.raises(ValueError):
+        policies.parse_builds(text)
+
+
+def test_a_suite_of_two_builds_plans_them_side_by_side(prerequisites, tmp_path):
+    """experiments.py --build NAME=DIR: both policies run in each cell and run, one after the
+    other; a build it was not given stops the command before any run."""
+    lab = Path(__file__).resolve().parents[2] / "lab"
+    cmd = ["/usr/bin/python3", str(lab / "experiments.py"), "suite", "--dry-run", "--cells",
+           "3g", "--runs", "2", "--arms-only", "--workdir", str(tmp_path)]
+    r = subprocess.run(cmd + ["--build", f"variant={prerequisites.parent}", "--policies",
+                              "shipped,shipped@variant"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "1 cells x 3 policies x 2 runs = 4 tests" in r.stdout, r.stdout
+    assert "policies: off, shipped, shipped@variant" in r.stdout, r.stdout
+    r = subprocess.run(cmd + ["--policies", "shipped,shipped@nobuild"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "no build 'nobuild'" in r.stderr, r.stderr
+    r = subprocess.run(cmd + ["--build", "variant=/nonexistent", "--policies",
+                              "shipped@variant"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "/nonexistent/rsfcd" in r.stderr, r.stderr
