@@ -70,13 +70,21 @@ def parse_builds(text: str) -> dict[str, Path]:
     return builds
 
 
-# The builds a policy may name (POLICY@NAME): RSFC_BUILDS, then experiments.py --build.
-BUILDS: dict[str, Path] = parse_builds(os.environ.get("RSFC_BUILDS", ""))
+# The builds a policy may name (POLICY@NAME): RSFC_BUILDS, then experiments.py --build. A
+# malformed RSFC_BUILDS is reported by the first policy checked (a clear error, not a failed
+# import).
+try:
+    BUILDS: dict[str, Path] = parse_builds(os.environ.get("RSFC_BUILDS", ""))
+    BUILDS_ERROR = ""
+except ValueError as e:
+    BUILDS, BUILDS_ERROR = {}, f"RSFC_BUILDS: {e}"
 
 
 def split_build(policy: str) -> tuple[str, str | None]:
     """"POLICY@NAME" -> (POLICY, NAME); a policy without a build suffix -> (policy, None).
-    ValueError for a NAME that no --build / RSFC_BUILDS gave."""
+    ValueError for a NAME that no --build / RSFC_BUILDS gave, or a malformed RSFC_BUILDS."""
+    if BUILDS_ERROR:
+        raise ValueError(BUILDS_ERROR)
     base, at, name = policy.rpartition("@")
     if not at or not BUILD_NAME.fullmatch(name) or base.endswith("@"):
         return policy, None
@@ -91,6 +99,8 @@ def policy_binary(policy: str) -> Path:
     """The rsfcd a policy runs: its build's (POLICY@NAME) or RSFC_BUILD_DIR's."""
     _, name = split_build(policy)
     return BUILDS[name] / "rsfcd" if name else topo_mod.rsfcd_binary()
+
+
 SHIPPED_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "rsfcd.yaml"
 # Keys of conf/rsfcd.yaml that describe the machine rsfcd runs on rather than how it
 # regulates: the lab sets its own (topo.DEFAULT_CONFIG, the decision log per test).

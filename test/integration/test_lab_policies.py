@@ -5,6 +5,7 @@ it; an override with a misspelt key reaches the daemon and is refused there, so 
 never silently measures the defaults instead. The decision log's path goes to the
 top-level `decision_log` key."""
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -229,3 +230,7 @@ def test_a_suite_of_two_builds_plans_them_side_by_side(prerequisites, tmp_path):
     r = subprocess.run(cmd + ["--build", "variant=/nonexistent", "--policies",
                               "shipped@variant"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "/nonexistent/rsfcd" in r.stderr, r.stderr
+    r = subprocess.run(cmd + ["--policies", "shipped"], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "RSFC_BUILDS": "variant"})
+    assert r.returncode == 2 and "RSFC_BUILDS: build 'variant'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
