@@ -225,8 +225,9 @@ def check_policy(policy: str) -> None:
     refuses (a misspelt override key would otherwise end a long run with a failed start).
     A policy of another build (POLICY@NAME) needs that build's rsfcd."""
     cfg = policy_config(policy)
-    binary = policy_binary(policy)
-    if split_build(policy)[1] and not binary.exists():
+    _, build = split_build(policy)
+    binary = BUILDS[build] / "rsfcd" if build else topo_mod.rsfcd_binary()
+    if build and not binary.exists():
         raise ValueError(f"policy {policy!r}: no {binary} (build target rsfcd)")
     if cfg is None or not binary.exists():
         return

@@ -1407,12 +1407,14 @@ TEST(SimBothKnobs, SteadyCeilingOnLongerRoundTrips) {
     for (uint32_t seed = 0; seed < 3; ++seed) {
       Scenario s = sim::constant_link(l.up_bps, l.down_bps, l.rtt);
       s.seed = seed;
-      Scenario alone = shipped_scenario(s, false);
-      alone.downloads = 0;
-      const double up_alone = sim::simulate(alone).upload_bps;
-      alone.downloads = 1;
-      alone.uploads = 0;
-      const double down_alone = sim::simulate(alone).download_bps;
+      auto unregulated = [&](int uploads, int downloads) {
+        Scenario x = s;
+        x.uploads = uploads;
+        x.downloads = downloads;
+        return simulate_shipped(x, false);
+      };
+      const double up_alone = unregulated(1, 0).upload_bps;
+      const double down_alone = unregulated(0, 1).download_bps;
       sim::Simulation simulation(shipped_scenario(s, true));
       size_t steps = 0, full = 0;
       simulation.on_step = [&](int, Nanos now, const UplinkRegulator& r) {

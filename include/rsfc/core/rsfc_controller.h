@@ -369,8 +369,9 @@ class UplinkRegulator {
   uint32_t edge_max_ = 0;
   uint32_t ack_max_ = 0;
   uint32_t cut_edge_ = 0;  // edge_max_ when W was last cut
-  // The buffer went past twice threshold_ceiling after STARTUP within the horizon: T keeps the
-  // full ceiling until then (measure(), threshold_for()). Four bytes, in padding.
+  // The buffer went past the queue sign's level (twice threshold_ceiling plus half the base
+  // round trip) after STARTUP within the horizon: T keeps the full ceiling until then
+  // (measure(), threshold_for()). Four bytes, in padding.
   CoarseDeadline queue_swung_until_;
 
   // MONITOR: the drain in progress, and what scheduled drains (refresh_due()) remember.
