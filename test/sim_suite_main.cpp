@@ -13,7 +13,9 @@
 // --uplink-ceiling / --downlink-ceiling one knob's; --download-alone-ceiling is
 // rsfc.tuning.threshold_ceiling_download_alone_ms, --next-to-upload-only
 // pacing.next_to_upload_only; --no-timestamps: the phone sends none (the uplink knob's lag
-// signal, whose ceiling stays rsfc.tuning.threshold_ceiling_lag_ms). --down-swing: a constant
+// signal, whose ceiling stays rsfc.tuning.threshold_ceiling_lag_ms); a constant cell's seed
+// then also starts the download 37 ms x the seed later (a seed otherwise moves only the
+// timestamp clocks' phases, and without them every seed ran the same run). --down-swing: a constant
 // cell's downlink serves alternately at its rate and at its rate / FACTOR, PERIOD_MS each,
 // for every run of the start (the unregulated ones too): a link that swings faster than a
 // regulator's round trip, with nothing else of a trace's (lab/EXPERIMENTS.md Q42).
@@ -58,6 +60,9 @@ struct Policy_ {
   uint32_t static_window;
   bool pacing = false;
 };
+
+// Without timestamps a constant cell's seed starts the download this much later per seed.
+constexpr Nanos kNoTimestampsSeedStep = 37 * kMilli;
 
 constexpr Policy_ kPolicies[] = {{"off", Policy::kOff, false, Policy::kOff, 0},
                                  {"64K", Policy::kStatic, false, Policy::kStatic, 65536},
@@ -288,7 +293,10 @@ int main(int argc, char** argv) {
         s.dlq.threshold_ceiling_steady = s.rsfc.threshold_ceiling_steady;
       }
       if (alone_ceiling_ms > 0) s.dlq_ceiling_alone = static_cast<Nanos>(alone_ceiling_ms * 1e6);
-      if (no_timestamps) s.phone_timestamps = false;
+      if (no_timestamps) {
+        s.phone_timestamps = false;
+        if (constant) s.download_start = i * kNoTimestampsSeedStep;
+      }
       if (regulated) {
         s.uplink = pol->up;
         s.downlink = pol->down;
