@@ -12,7 +12,7 @@
 #            against the shipped settings: the cells it was shaped on (45 starts), the fourteen
 #            links of RESULTS §13 (15 starts), and the form counting every packet of the phone
 # Each applies its patch to a scratch worktree at 0e9b3fc and builds rsfc-simsuite there.
-#   lab/sim-variants/q54.sh [pacing|explore|util|q55]   # a minute or two each (q55: ten)
+#   lab/sim-variants/q54.sh [pacing|explore|util|q55]   # a minute or two each (q55: 15)
 set -euo pipefail
 repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 what=${1:-pacing}
@@ -66,6 +66,9 @@ swing:2000:7200:40:4:1000:1049:262,link:500:2000:100,link:1000:4000:150" \
     TMobile-UMTS-driving; do
     "$wt/all.sh" $c 9 "${shipped[@]}" --no-timestamps | tail -1
   done
+  echo "== the same on the fourteen links, 15 starts: A shipped, B every packet counted"
+  /usr/bin/python3 "$repo/lab/sim_compare.py" "$base/build/rsfc-simsuite" "$wt/all.sh" --runs 15 \
+    --cells "${links#,}" -- "${shipped[@]}" --no-timestamps
   exit 0
 fi
 if [ "$what" = util ]; then
