@@ -95,10 +95,14 @@ def split_build(policy: str) -> tuple[str, str | None]:
     return base, name
 
 
+def build_binary(name: str | None) -> Path:
+    """The rsfcd of build NAME (from split_build), or RSFC_BUILD_DIR's for None."""
+    return BUILDS[name] / "rsfcd" if name else topo_mod.rsfcd_binary()
+
+
 def policy_binary(policy: str) -> Path:
     """The rsfcd a policy runs: its build's (POLICY@NAME) or RSFC_BUILD_DIR's."""
-    _, name = split_build(policy)
-    return BUILDS[name] / "rsfcd" if name else topo_mod.rsfcd_binary()
+    return build_binary(split_build(policy)[1])
 
 
 SHIPPED_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "rsfcd.yaml"
@@ -226,7 +230,7 @@ def check_policy(policy: str) -> None:
     A policy of another build (POLICY@NAME) needs that build's rsfcd."""
     cfg = policy_config(policy)
     _, build = split_build(policy)
-    binary = BUILDS[build] / "rsfcd" if build else topo_mod.rsfcd_binary()
+    binary = build_binary(build)
     if build and not binary.exists():
         raise ValueError(f"policy {policy!r}: no {binary} (build target rsfcd)")
     if cfg is None or not binary.exists():

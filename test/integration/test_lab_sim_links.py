@@ -19,10 +19,11 @@ MEDIAN = re.compile(r"median: dl\s+([\d.]+) % ul\s+([\d.]+) % p95\s+(\d+) ms"
                     r" \| alone dl\s+([\d.]+) % p95\s+(\d+) ms")
 
 
-def simsuite(cell: str, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
-    """One start of CELL under the shipped configuration, with EXTRA options."""
-    return subprocess.run([str(SIMSUITE), cell, "1", *SHIPPED, *extra], capture_output=True,
-                          text=True, check=check, timeout=300)
+def simsuite(cell: str, *extra: str, check: bool = True,
+             runs: int = 1) -> subprocess.CompletedProcess:
+    """RUNS starts of CELL under the shipped configuration, with EXTRA options."""
+    return subprocess.run([str(SIMSUITE), cell, str(runs), *SHIPPED, *extra],
+                          capture_output=True, text=True, check=check, timeout=300)
 
 
 def medians(cell: str) -> tuple[float, ...]:
@@ -84,13 +85,13 @@ def test_a_pacing_horizon_it_cannot_take_is_refused(value):
     assert res.stdout == ""
 
 
-SEED_LINE = re.compile(r"seed\s+(\d+): dl\s+([\d.]+) % ul\s+([\d.]+) % p95\s+(\d+) ms")
+SEED_LINE = re.compile(r"seed\s+\d+: dl\s+([\d.]+) % ul\s+([\d.]+) % p95\s+(\d+) ms")
 
 
 def seeds(cell: str, n: int, *extra: str) -> list[tuple[str, ...]]:
-    out = subprocess.run([str(SIMSUITE), cell, str(n), *SHIPPED, *extra], capture_output=True,
-                         text=True, check=True, timeout=300).stdout
-    rows = [m.groups()[1:] for m in SEED_LINE.finditer(out)]
+    """Each seed's download %, upload % and p95 under both, of N seeds of CELL."""
+    out = simsuite(cell, *extra, runs=n).stdout
+    rows = [m.groups() for m in SEED_LINE.finditer(out)]
     assert len(rows) == n, out
     return rows
 
