@@ -2,13 +2,15 @@
 """Compare a variant's suite runs with a baseline's, judged against the baseline's own noise.
 
     lab/compare_runs.py --base 'POLICY=WORKDIR[,WORKDIR...]' --arm 'POLICY=WORKDIR[,...]' \\
-        [--arm ...] [--offs docs/lab/suite-f9a00c6.json] [--aa]
+        [--arm ...] [--offs docs/lab/suite-f9a00c6.json [--offs ...]] [--aa]
 
 Each WORKDIR is a `lab/experiments.py suite --workdir` (its suite/results.jsonl is read; one
 policy's lines are taken from it). Per cell, the medians over the runs of: download % and
 upload % under both transfers (of the unregulated download and upload alone, the medians of
 `off` in --offs), the phone's RTT p95 under both, and download-alone % (where the runs have
-it: a suite run with --arms-only has only the test with both transfers).
+it: a suite run with --arms-only has only the test with both transfers). --offs may be given
+more than once (a cell's medians from the first file that ran it); the cells of the workdirs
+that none of them ran are listed as not judged.
 
 The rule (lab/EXPERIMENTS.md Q26): an arm is killed on a cell and measure when its runs sit
 beyond the baseline's by ranks (a one-sided rank-sum test, exact over every relabelling of the
@@ -24,7 +26,6 @@ import argparse
 import itertools
 import json
 import math
-import os
 import random
 import statistics as st
 import sys
@@ -35,6 +36,7 @@ from exps.suite import read_lines
 MEASURES = ("download %", "upload %", "p95 ms", "alone %")
 TOL_POINTS, TOL_RATIO, SUITE_POINTS, SUITE_RATIO, DRAWS = 3.0, 1.10, 2.0, 1.10, 2000
 ALPHA, EXACT_MAX = 0.01, 50000  # the test's level; relabellings enumerated up to this
+DEFAULT_OFFS = Path(__file__).resolve().parent.parent / "docs" / "lab" / "suite-f9a00c6.json"
 
 
 def parse_arm(text):
@@ -44,7 +46,17 @@ def parse_arm(text):
     return policy, [d for d in dirs.split(",") if d]
 
 
-def offs(path):
+def offs(paths):
+    """{cell: (download alone, upload alone)}, the medians of `off` in the suite JSON files;
+    a cell's from the first file that has both."""
+    out = {}
+    for path in [paths] if isinstance(paths, (str, Path)) else paths:
+        for cell, (dl, ul) in offs_of(path).items():
+            out.setdefault(cell, (dl, ul))
+    return out
+
+
+def offs_of(path):
     d = json.load(open(path))
     out = {}
     for cell, t in d["tests"].items():
@@ -56,9 +68,10 @@ def offs(path):
     return out
 
 
-def runs(policy, dirs, base):
+def runs(policy, dirs, base, unjudged=None):
     """{cell: [(dl %, ul %, p95, alone %), ...]}: one tuple per run with a test with both
-    transfers; alone % is None for a run without the download alone (--arms-only)."""
+    transfers; alone % is None for a run without the download alone (--arms-only). Cells with
+    such runs but no medians in `base` are added to the set `unjudged` when one is given."""
     by_run = {}
     for w in dirs:
         path = Path(w) / "suite" / "results.jsonl"
@@ -70,7 +83,11 @@ def runs(policy, dirs, base):
             by_run.setdefault((w, j["cell"], j["run"]), {})[j["kind"]] = j["numbers"]
     out = {}
     for (_, cell, _), r in sorted(by_run.items()):
-        if "both" not in r or cell not in base:
+        if "both" not in r:
+            continue
+        if cell not in base:
+            if unjudged is not None:
+                unjudged.add(cell)
             continue
         dl0, ul0 = base[cell]
         alone = r["dl"]["dl_mbps"] / dl0 * 100 if "dl" in r else None
@@ -178,22 +195,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", required=True, help="POLICY=WORKDIR[,WORKDIR...]")
     ap.add_argument("--arm", action="append", default=[], help="POLICY=WORKDIR[,...] (repeat)")
-    ap.add_argument("--offs", default=os.path.join(os.path.dirname(__file__), "..", "docs", "lab",
-                                                   "suite-f9a00c6.json"))
+    ap.add_argument("--offs", action="append", default=[],
+                    help="a suite JSON with `off` alone (repeat; default "
+                         "docs/lab/suite-f9a00c6.json)")
     ap.add_argument("--aa", action="store_true", help="the rule on the baseline against itself")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    base = offs(args.offs)
+    base = offs(args.offs or [DEFAULT_OFFS])
     bpol, bdirs = parse_arm(args.base)
-    a = runs(bpol, bdirs, base)
+    unjudged = set()
+    a = runs(bpol, bdirs, base, unjudged)
     if not a:
-        sys.exit(f"compare_runs: no runs of {bpol} with both kinds in the base workdirs")
+        why = f" in a cell of --offs (its cells: {', '.join(sorted(unjudged))})" if unjudged else ""
+        sys.exit(f"compare_runs: no runs of {bpol} with both kinds in the base workdirs{why}")
     print("medians (download % / upload % under both, p95 under both; download alone %):")
     table("base", a)
     for k, text in enumerate(args.arm):
         pol, dirs = parse_arm(text)
-        b = runs(pol, dirs, base)
+        b = runs(pol, dirs, base, unjudged)
         table(f"arm {k + 1}", b)
         lines, kills, dmin, ratio = judge(a, b, rng)
         print(f"arm {k + 1} ({pol}) against the base:")
@@ -206,6 +226,8 @@ def main():
         verdict = "no verdict: no cell has 2 runs a side" if not judged else \
             "KILLED" if killed else "passes"
         print(f"  verdict: {verdict}")
+    if unjudged:
+        print(f"not judged (no unregulated runs alone in --offs): {', '.join(sorted(unjudged))}")
     if args.aa:
         trials, killed = 200, 0
         for _ in range(trials):

@@ -115,3 +115,33 @@ def test_arms_without_the_download_alone_are_judged_on_the_rest(tmp_path):
     assert "p95 x1.50 p 0.004 KILLED" in out
     assert "alone" not in out.split("against the base:")[1].split("suite (")[0]
     assert "verdict: KILLED" in out
+
+
+def test_offs_from_several_files_and_cells_in_none_are_named(tmp_path):
+    """A suite of cells whose unregulated runs alone sit in two baseline files: each cell takes
+    its medians from the first file that ran it, and a cell in neither is named, not dropped
+    without a word (it used to vanish from the table)."""
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(json.dumps({"tests": {"3g": {"off": {"dl": [{"dl_mbps": 7.0}],
+                                                         "ul": [{"ul_mbps": 2.0}]}}}}))
+    second.write_text(json.dumps({"tests": {
+        "3g": {"off": {"dl": [{"dl_mbps": 60.0}], "ul": [{"ul_mbps": 60.0}]}},
+        "lte": {"off": {"dl": [{"dl_mbps": 12.0}], "ul": [{"ul_mbps": 3.6}]}}}}))
+    for name in ("base", "arm"):
+        (tmp_path / name / "suite").mkdir(parents=True)
+        with open(tmp_path / name / "suite" / "results.jsonl", "w") as f:
+            for cell in ("3g", "lte", "2g"):
+                for run in (1, 2, 3):
+                    f.write(json.dumps({"cell": cell, "run": run, "policy": "shipped",
+                                        "kind": "both", "numbers": {
+                                            "dl_mbps": 6.0, "ul_mbps": 1.8,
+                                            "rtt_p95_ms": 300.0 + run}}) + "\n")
+    out = subprocess.run(["/usr/bin/python3", str(LAB / "compare_runs.py"),
+                          "--offs", str(first), "--offs", str(second),
+                          "--base", f"shipped={tmp_path / 'base'}",
+                          "--arm", f"shipped={tmp_path / 'arm'}"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "3g              runs  3: both 86 / 90 %" in out  # the first file's 7.0 / 2.0
+    assert "lte             runs  3: both 50 / 50 %" in out  # only the second has it
+    assert "suite (2 cells judged)" in out
+    assert "not judged (no unregulated runs alone in --offs): 2g" in out
