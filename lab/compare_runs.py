@@ -50,7 +50,7 @@ def offs(paths):
     """{cell: (download alone, upload alone)}, the medians of `off` in the suite JSON files;
     a cell's from the first file that has both."""
     out = {}
-    for path in [paths] if isinstance(paths, (str, Path)) else paths:
+    for path in paths:
         for cell, (dl, ul) in offs_of(path).items():
             out.setdefault(cell, (dl, ul))
     return out
