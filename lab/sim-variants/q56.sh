@@ -38,25 +38,23 @@ shipped=(paced --threshold-ceiling 30 --download-alone-ceiling 80 --next-to-uplo
   --no-timestamps)
 cells="2g,3g,lte,Verizon-EVDO-driving,TMobile-UMTS-driving,Verizon-LTE-short,\
 swing:2000:7200:40:4:1000:1049:262,link:500:2000:100,link:1000:4000:150"
+# compare TITLE ENVIRONMENT RUNS CELLS: A the shipped settings, B the variant in ENVIRONMENT.
+compare() {
+  printf '#!/bin/bash\n%s exec %s "$@"\n' "$2" "$wt/build/rsfc-simsuite" > "$wt/b.sh"
+  chmod +x "$wt/b.sh"
+  echo "== $1, $3 starts"
+  /usr/bin/python3 "$repo/lab/sim_compare.py" "$base/build/rsfc-simsuite" "$wt/b.sh" --runs "$3" \
+    --cells "$4" -- "${shipped[@]}"
+}
 if [ "$what" = lawonly ]; then
   law=$(echo "$ENV" | sed 's/Q54_PACE=1 //; s/Q54_DT_MS=30 //; s/Q54_DT_GATE=1 //;
     s/Q54_PACE_GATE=1 //')
-  printf '#!/bin/bash\n%s exec %s "$@"\n' "$law" "$wt/build/rsfc-simsuite" > "$wt/law.sh"
-  chmod +x "$wt/law.sh"
-  echo "== the cells Q55 was shaped on, 45 starts: A shipped, B the law alone"
-  /usr/bin/python3 "$repo/lab/sim_compare.py" "$base/build/rsfc-simsuite" "$wt/law.sh" --runs 45 \
-    --cells "$cells" -- "${shipped[@]}"
+  compare "the cells Q55 was shaped on: A shipped, B the law alone" "$law" 45 "$cells"
   exit 0
 fi
-printf '#!/bin/bash\n%s exec %s "$@"\n' "$ENV" "$wt/build/rsfc-simsuite" > "$wt/b.sh"
-chmod +x "$wt/b.sh"
 links=""
 for L in 3000:12000:70 800:3000:180 1500:1500:40 6000:40000:25 2500:50000:50 400:1200:120 \
   12000:60000:80 700:8000:35 3000:20000:200 250:600:250 8000:15000:150 1200:2400:400 \
   30000:150000:15 100:300:300; do links="$links,link:$L"; done
-echo "== fourteen fresh links, 15 starts: A shipped, B the form"
-/usr/bin/python3 "$repo/lab/sim_compare.py" "$base/build/rsfc-simsuite" "$wt/b.sh" --runs 15 \
-  --cells "${links#,}" -- "${shipped[@]}"
-echo "== the cells Q55 was shaped on, 45 starts: A shipped, B the form"
-/usr/bin/python3 "$repo/lab/sim_compare.py" "$base/build/rsfc-simsuite" "$wt/b.sh" --runs 45 \
-  --cells "$cells" -- "${shipped[@]}"
+compare "fourteen fresh links: A shipped, B the form" "$ENV" 15 "${links#,}"
+compare "the cells Q55 was shaped on: A shipped, B the form" "$ENV" 45 "$cells"
