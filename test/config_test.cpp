@@ -125,6 +125,7 @@ rsfc:
   initial_window_bytes: 65535
   path_check_ms: 0
   per_subscriber: false
+  idle_law: false
   share_equalize: 0.25
   tuning:
     control_interval_floor_ms: 1
@@ -201,6 +202,7 @@ TEST(Config, EveryKeyMapsToItsField) {
   EXPECT_EQ(c.params.rsfc.unused_decay, 1.0);
   EXPECT_EQ(c.params.rsfc.startup_growth, 1.5);
   EXPECT_FALSE(c.params.rsfc.per_subscriber);
+  EXPECT_FALSE(c.params.rsfc.idle_law);
   EXPECT_EQ(c.params.rsfc.share_equalize, 0.25);
   EXPECT_EQ(c.params.rsfc.probe_doublings, 0u);
   EXPECT_EQ(c.params.rsfc.recut_fraction, 1.0);
@@ -344,6 +346,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(c.params.rsfc.threshold_ceiling_steady, 10 * kMilli);  // a default (Q52)
   EXPECT_TRUE(c.params.pacing.enabled);
   EXPECT_TRUE(c.params.pacing.next_to_upload_only);
+  EXPECT_TRUE(c.params.rsfc.idle_law);  // a default (Q57)
   // With the pacer's state, a million flows still fit in 512 MiB (issue 17's memory target).
   EXPECT_EQ(c.flows_max, 1'000'000u);
   EXPECT_LE(reserved_bytes(c), uint64_t{512} << 20);  // one queue, pacer state included
@@ -402,6 +405,7 @@ TEST(Config, ExampleFileParsesAndShowsDefaults) {
   EXPECT_EQ(p.rsfc.unused_decay, dp.rsfc.unused_decay);
   EXPECT_EQ(p.rsfc.startup_growth, dp.rsfc.startup_growth);
   EXPECT_EQ(p.rsfc.per_subscriber, dp.rsfc.per_subscriber);
+  EXPECT_EQ(p.rsfc.idle_law, dp.rsfc.idle_law);
   EXPECT_EQ(p.rsfc.share_equalize, dp.rsfc.share_equalize);
   EXPECT_EQ(p.rsfc.probe_doublings, dp.rsfc.probe_doublings);
   EXPECT_EQ(p.rsfc.recut_fraction, dp.rsfc.recut_fraction);
@@ -471,11 +475,12 @@ TEST(ConfigPrint, ShippedFileIsThePrintedExample) {
 // --print-config --tuning adds.
 TEST(ConfigPrint, RsfcKeysAndTuningBlock) {
   const std::vector<std::string> shipped = dotted_keys(format_config(example_config(), false));
-  EXPECT_EQ(keys_under(shipped, "rsfc"),
-            (std::vector<std::string>{"threshold_ms", "threshold_floor_ms", "threshold_ceiling_ms",
-                                      "min_window_horizon_s", "tbuff_filter_ms", "growth_per_rtt",
-                                      "fast_target", "min_refresh_s", "path_check_ms",
-                                      "initial_window_bytes", "per_subscriber", "share_equalize"}));
+  EXPECT_EQ(
+      keys_under(shipped, "rsfc"),
+      (std::vector<std::string>{
+          "threshold_ms", "threshold_floor_ms", "threshold_ceiling_ms", "min_window_horizon_s",
+          "tbuff_filter_ms", "growth_per_rtt", "fast_target", "min_refresh_s", "path_check_ms",
+          "initial_window_bytes", "per_subscriber", "idle_law", "share_equalize"}));
   const std::vector<std::string> all = dotted_keys(format_config(example_config(), true));
   EXPECT_EQ(keys_under(all, "rsfc").back(), "tuning");
   EXPECT_EQ(keys_under(all, "rsfc.tuning"),
@@ -698,6 +703,7 @@ const BadCase kBadCases[] = {
      "expected true or false (got yes)"},
     {"per_subscriber_list", "rsfc: { per_subscriber: [true] }\n", 1, "rsfc.per_subscriber",
      "expected true or false"},
+    {"idle_law_number", "rsfc: { idle_law: 1 }\n", 1, "rsfc.idle_law", "expected true or false"},
     {"share_equalize_above_one", "rsfc: { share_equalize: 1.5 }\n", 1, "rsfc.share_equalize",
      "out of range"},
     {"probe_doublings_too_many", "rsfc: { tuning: { probe_doublings: 11 } }\n", 1,
@@ -927,7 +933,7 @@ TEST(FlowsPerWorker, SharesFlowsMaxBetweenQueues) {
 
 // flows.regulated_max is shared out between the workers like flows.max (rounded up).
 TEST(Flows, RegulatedMaxIsSharedOutBetweenWorkers) {
-  EXPECT_EQ(Config{}.regulated_max, 60000u);
+  EXPECT_EQ(Config{}.regulated_max, 58000u);
   const Config c = parse_config("queues: [0, 1, 2]\nflows: { max: 30, regulated_max: 10 }\n");
   EXPECT_EQ(c.regulated_max, 10u);
   EXPECT_EQ(regulated_per_worker(c), 4u);

@@ -2215,8 +2215,10 @@ TEST(EnginePool, ATrackedFlowCostsAtMost256Bytes) {
 // first payload with the handshake replayed to it, must take the same steps with the same
 // signals. `handshake_ack`: the phone ACKs the SYN-ACK before its first data (else its first
 // data segment is that ACK). `gap`: the data starts this long after the handshake.
-void expect_replayed_regulator_matches_live(bool timestamps, bool handshake_ack, Nanos gap) {
-  const EngineParams p = rsfc_params();
+void expect_replayed_regulator_matches_live(bool timestamps, bool handshake_ack, Nanos gap,
+                                            bool paced = false) {
+  EngineParams p = rsfc_params();
+  p.pacing.enabled = paced;  // with it, a phone without timestamps runs the idle law
   Engine e(16, p);
   RecordingSink sink;
   e.set_decision_sink(&sink);
@@ -2226,6 +2228,7 @@ void expect_replayed_regulator_matches_live(bool timestamps, bool handshake_ack,
   const std::string phone = "198.18.0.2", server = "198.19.0.2";
   const uint8_t scale = 7;
   size_t ref_steps = 0;
+  bool joined = false;
   auto process = [&](TcpSpec s, Nanos at) {
     const bool from_phone = s.src == phone;
     s.sport = from_phone ? 40000 : 443;
@@ -2240,6 +2243,11 @@ void expect_replayed_regulator_matches_live(bool timestamps, bool handshake_ack,
     ASSERT_EQ(parse_packet(b, out), ParseError::kNone);
     const TcpSegment seg = TcpSegment::from_view(in);
     if (from_phone) {
+      // The engine times the phone's uplink from its first payload on (its subscriber state).
+      joined = joined || seg.payload_len > 0;
+      if (joined && !seg.has_ts && p.rsfc.idle_law && paced) {
+        shared.idle().on_packet(at, in.ip_total_len);
+      }
       ref.on_uplink_segment(at, seg, p.rsfc);
       return;
     }
@@ -2335,6 +2343,9 @@ TEST(EnginePool, AReplayedHandshakeDecidesAsIfHeardLive) {
     // A late upload (its handshake ACK came long before it).
     SCOPED_TRACE(testing::Message() << "timestamps " << ts << ", late");
     expect_replayed_regulator_matches_live(ts, true, 3 * kSecond);
+    // With pacing: without timestamps the upload may step on its uplink's idle time.
+    SCOPED_TRACE(testing::Message() << "timestamps " << ts << ", paced");
+    expect_replayed_regulator_matches_live(ts, true, 0, true);
   }
 }
 

@@ -62,6 +62,28 @@ TEST(DownlinkPacer, NoSamplesNoHold) {
   EXPECT_EQ(p.release_at(kSecond, 1448, true, true, pp), kSecond);
 }
 
+// A phone without timestamps: its ACKs are timed on the gateway's clock, over 300 ms spans.
+// 2896 bytes every 4 ms at the gateway: 724,000 bytes/s; an ACK without timestamps given to
+// on_phone_ack() adds nothing.
+TEST(DownlinkPacer, UntimedAcksAreTimedOnTheGatewaysClock) {
+  const PacingParams pp = pacing_on();
+  DownlinkPacer untimed, ignored;
+  uint32_t ack = 1000;
+  for (int i = 0; i < 1000; ++i) {
+    ack += 2896;
+    TcpSegment seg = phone_ack(ack, 0);
+    seg.has_ts = false;
+    const Nanos at = kSecond + i * 4 * kMilli;
+    untimed.on_phone_ack_untimed(at, seg, pp);
+    ignored.on_phone_ack(at, seg, kTick, pp);
+  }
+  EXPECT_EQ(ignored.samples(), 0u);
+  // 4 s of ACKs: a sample every 300 ms (not every 50 ms, the phone clock's span).
+  EXPECT_GE(untimed.samples(), 12u);
+  EXPECT_LE(untimed.samples(), 14u);
+  EXPECT_NEAR(untimed.rate(5 * kSecond, pp), 724'000, 724'000 * 0.02);
+}
+
 TEST(DownlinkPacer, RateIsThePhonesEvenWhenItsAcksArriveTogether) {
   const PacingParams pp = pacing_on();
   // 2896 bytes every 4 ms of the phone's clock: 724,000 bytes/s (5.79 Mbit/s).

@@ -827,6 +827,11 @@ class Simulation {
     // the engine keeps it with the subscriber's shared state, which a regulated upload holds;
     // it has an uplink regulator only for a flow that sends payload).
     const bool share = sc_.uplink == Policy::kRsfc && sc_.subscriber_state;
+    // Engine::feed_regulators: every packet of a phone without timestamps times its uplink.
+    // (with pacing only).
+    if (share && !p.seg.has_ts && sc_.rsfc.idle_law && sc_.pacing.enabled) {
+      phone_uplink_.idle().on_packet(now, p.size());
+    }
     if (sc_.uplink == Policy::kRsfc) {
       if (share && phone_tick_ > 0) f.rsfc.sibling_tick(phone_tick_);
       f.rsfc.on_uplink_segment(now, p.seg, sc_.rsfc);
@@ -844,7 +849,11 @@ class Simulation {
       if (share && phone_tick_ > 0) f.dlq.sibling_tick(phone_tick_);
       f.dlq.on_uplink_segment(now, p.seg, sc_.dlq);
       if (share && f.dlq.measured_tick() > 0) phone_tick_ = f.dlq.measured_tick();
-      if (sc_.pacing.enabled) f.pacer.on_phone_ack(now, p.seg, f.dlq.ns_per_tick(), sc_.pacing);
+      if (sc_.pacing.enabled && !p.seg.has_ts && sc_.rsfc.idle_law) {
+        f.pacer.on_phone_ack_untimed(now, p.seg, sc_.pacing);
+      } else if (sc_.pacing.enabled) {
+        f.pacer.on_phone_ack(now, p.seg, f.dlq.ns_per_tick(), sc_.pacing);
+      }
     } else if (sc_.downlink == Policy::kDrwa) {
       f.drwa.on_uplink_segment(now, p.seg, sc_.drwa);
     }
@@ -890,8 +899,17 @@ class Simulation {
     return sc_.uplink == Policy::kRsfc && sc_.subscriber_state && phone_uplink_.uploads_bulk(now);
   }
 
+  // Engine::note_uplink_law: whether the phone's upload stepped on its idle time since the
+  // download's last step.
+  void note_uplink_law(FlowState& f) const {
+    if (!f.dlq.round_trip()) return;
+    const bool share = sc_.uplink == Policy::kRsfc && sc_.subscriber_state;
+    f.dlq.set_uplink_law(share && phone_uplink_.idle().law_running(f.dlq.last_step_at()));
+  }
+
   // Engine::downlink_target's choice of parameters.
   uint32_t downlink_queue_target(int flow, FlowState& f, Nanos now, bool release) {
+    note_uplink_law(f);
     const auto choice = dlq_steps_.choose(
         f.dlq, now, [&] { return phone_uploads(now); },
         [&] { return phone_uplink_.short_of_best(now); });
@@ -966,6 +984,7 @@ class Simulation {
       const bool data = p.seg.payload_len > 0;
       const bool keep_order = data || p.seg.fin() || p.seg.rst();
       const bool gate = !sc_.pacing.next_to_upload_only || phone_uploads(now);
+      note_uplink_law(f);
       at = f.pacer.release_at(now, p.seg.payload_len, data && f.dlq.paceable() && gate, keep_order,
                               sc_.pacing);
     }

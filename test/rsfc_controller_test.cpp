@@ -1515,6 +1515,34 @@ TEST(SimVarlink, CapacityTraces) {
   }
 }
 
+// Every packet of a phone without timestamps (PhoneUplinkIdle): a gap beyond 1.5 of its
+// packet's time at the capacity is idle time less that packet time; gaps under 3 of it are
+// back to back and counted with their spread.
+TEST(PhoneUplinkIdle, IdleTimeIsTheGapsBeyondTheirPacketsTime) {
+  PhoneUplinkIdle u;
+  u.on_packet(kSecond, 1000);  // no capacity yet: bytes only
+  u.on_packet(kSecond + kMilli, 1000);
+  EXPECT_EQ(u.counts().bytes, 2000u);
+  EXPECT_EQ(u.counts().idle, 0u);
+  EXPECT_EQ(u.counts().gaps, 0u);
+  u.set_capacity(1e6);                                    // 1000 bytes: 1 ms
+  u.on_packet(kSecond + 2 * kMilli, 1000);                // back to back (x 1)
+  u.on_packet(kSecond + 3 * kMilli + kMilli / 2, 1000);   // 1.5 ms: not idle (x 1.5)
+  u.on_packet(kSecond + 13 * kMilli + kMilli / 2, 1000);  // 10 ms: 9 ms idle, not even
+  u.on_packet(kSecond + 15 * kMilli + kMilli / 2, 500);   // 2 ms for 0.5 ms: 1.5 ms idle
+  const PhoneUplinkIdle::Counts& c = u.counts();
+  EXPECT_EQ(c.bytes, 5500u);
+  EXPECT_EQ(c.idle, static_cast<uint64_t>(9 * kMilli + 3 * kMilli / 2));
+  EXPECT_EQ(c.gaps, 2u);
+  EXPECT_EQ(c.x1, static_cast<uint32_t>(2.5 * PhoneUplinkIdle::kXUnit));
+  EXPECT_EQ(c.x2, static_cast<uint32_t>(3.25 * PhoneUplinkIdle::kXUnit));
+  // The law's mark holds for kLawHold.
+  EXPECT_FALSE(u.law_running(kSecond));
+  u.law_stepped(2 * kSecond);
+  EXPECT_TRUE(u.law_running(2 * kSecond + PhoneUplinkIdle::kLawHold / 2));
+  EXPECT_FALSE(u.law_running(2 * kSecond + PhoneUplinkIdle::kLawHold + 10 * kMilli));
+}
+
 TEST(SimVarlink, OutagesAndCapacitySwings) {
   std::vector<VarCase> outages, swings_3g, swings_lte;
   for (uint32_t seed = 1; seed <= kVarRuns; ++seed) {

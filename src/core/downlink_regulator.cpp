@@ -664,7 +664,8 @@ Nanos DownlinkQueueRegulator::threshold_for(std::optional<Nanos> rtt_min, double
   }
   // On the gateway's round trip T bounds the sum of the phone's two queues, as the upload's T
   // does (its lag holds the same sum).
-  const Nanos hi = std::max(gw_clock_ ? p.threshold_ceiling_no_ts : b.ceiling, lo);
+  const Nanos no_ts = uplink_law_ ? p.threshold_ceiling_uplink_law : p.threshold_ceiling_no_ts;
+  const Nanos hi = std::max(gw_clock_ ? no_ts : b.ceiling, lo);
   return std::clamp(rtt_min ? *rtt_min : lo, lo, hi);
 }
 

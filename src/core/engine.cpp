@@ -681,6 +681,19 @@ bool Engine::rst_acceptable(const Flow& f, const PacketView& v, Direction dir) c
         up->subscriber == SubscriberTable::kNone) {
       join_subscriber(idx, *up);
     }
+  }
+  // A phone without timestamps: every packet it sends times its uplink's idle time
+  // (PhoneUplinkIdle, for UplinkRegulator::idle_law()), once a regulated flow of its joined
+  // its subscriber's state. The law runs with the download's pacing only: without it, it
+  // gives the upload room the download's own queue takes (lab/EXPERIMENTS.md Q56: 3G -6.6,
+  // LTE -17 points in the simulator); without counts it never steps.
+  if (from_phone && !seg.has_ts && params_.rsfc.idle_law && pacing_on()) {
+    const uint32_t owner = flows_->at(idx).owner;
+    if (owner != kNoOwner && subscribers_->refs(owner) > 0) {
+      subscribers_->at(owner).idle().on_packet(now, v.ip_total_len);
+    }
+  }
+  if (up != nullptr) {
     if (from_phone) {
       const uint32_t owner = flows_->at(idx).owner;
       take_phone_tick(owner, up->up);
@@ -746,7 +759,9 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
       take_phone_tick(f.owner, *q);
       q->on_uplink_segment(now, seg, down_params_.base());
       note_phone_tick(f.owner, *q);
-      if (pacing_on()) {
+      if (pacing_on() && !seg.has_ts && params_.rsfc.idle_law) {
+        regs_->pacers[f.down_slot].on_phone_ack_untimed(now, seg, params_.pacing);
+      } else if (pacing_on()) {
         regs_->pacers[f.down_slot].on_phone_ack(now, seg, q->ns_per_tick(), params_.pacing);
       }
     } else if (!pacing_on()) {
@@ -786,6 +801,7 @@ UplinkSlot* Engine::uplink_slot(uint32_t idx, const TcpSegment& seg, bool from_p
   if (!r.modified) {
     const bool data = v.payload_len > 0;
     const bool keep_order = data || v.fin() || v.rst();
+    note_uplink_law(f.owner, *q);
     const bool paced = data && q->paceable() &&
                        (!params_.pacing.next_to_upload_only || phone_uploads(f.owner, now));
     at = regs_->pacers[f.down_slot].release_at(now, v.payload_len, paced, keep_order,
@@ -811,6 +827,14 @@ void Engine::note_phone_tick(uint32_t owner, const Regulator& r) {
   if (g > 0 && owner != kNoOwner && subscribers_->refs(owner) > 0) {
     subscribers_->note_phone_tick(owner, g);
   }
+}
+
+// On the gateway's round trip, the download's regulator learns whether its phone's upload
+// stepped on the uplink's idle time since its own last step (set_uplink_law()).
+void Engine::note_uplink_law(uint32_t owner, DownlinkQueueRegulator& q) const {
+  if (!q.round_trip()) return;
+  const bool known = owner != kNoOwner && subscribers_->refs(owner) > 0;
+  q.set_uplink_law(known && subscribers_->at(owner).idle().law_running(q.last_step_at()));
 }
 
 bool Engine::phone_uploads(uint32_t owner, Nanos now) const {
@@ -1026,6 +1050,7 @@ uint64_t Engine::regulator_target(uint32_t idx, Direction dir, Nanos now, const 
   if (dir == Direction::kToSubscriber) {
     UplinkSlot& s = regs_->up.at(slot);
     d = s.up.target_window(now, params_.rsfc, bulk);
+    if (d.stepped && s.up.idle_law_steered()) counters_.rsfc_idle_law_steps.add();
     count_uplink_health(s, d.window != kNoClamp);
   } else {
     d = downlink_target(f, regs_->down.at(slot), now, bulk);
@@ -1064,6 +1089,7 @@ WindowDecision Engine::downlink_target(const Flow& f, DownlinkSlot& r, Nanos now
   if (auto* q = std::get_if<DownlinkQueueRegulator>(&r.down)) {
     // The subscriber's upload state is looked up at a step alone, and only when it can change
     // the parameters (DownlinkStepParams::choose).
+    note_uplink_law(f.owner, *q);
     const auto choice = down_params_.choose(
         *q, now, [&] { return phone_uploads(f.owner, now); },
         [&] { return subscribers_->at(f.owner).short_of_best(now); });

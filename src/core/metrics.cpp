@@ -205,6 +205,11 @@ constexpr QueueFamily<CoreCounters> kRegulatorFamilies[] = {
     {"rsfcd_rsfc_subscribers_created_total", "counter",
      "Subscriber entries created for rsfc's shared state (a subscriber's first flow).",
      &CoreCounters::rsfc_subscribers_created},
+    {"rsfcd_rsfc_idle_law_steps_total", "counter",
+     "Control steps of uploads from phones without TCP timestamps whose window came from the "
+     "uplink's idle time (rsfc.idle_law): the phone's packets came evenly enough to tell the "
+     "link's idle time from its scheduler's. Steps without it keep the lag law's window.",
+     &CoreCounters::rsfc_idle_law_steps},
     {"rsfcd_rsfc_path_rebaselines_total", "counter",
      "Times a flow's minimum uplink delay was raised because a scheduled drain showed "
      "a longer path (route change, handover), not a queue.",

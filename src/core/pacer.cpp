@@ -42,6 +42,15 @@ void DownlinkPacer::on_phone_ack(Nanos now, const TcpSegment& seg, double ns_per
   sample_bytes_ = 0;
 }
 
+void DownlinkPacer::on_phone_ack_untimed(Nanos now, const TcpSegment& seg, const PacingParams& p) {
+  TcpSegment timed = seg;
+  timed.has_ts = true;
+  timed.tsval = static_cast<uint32_t>(now / kUntimedTick);  // wraps like a TSval
+  PacingParams q = p;
+  q.sample = kUntimedSample;
+  on_phone_ack(now, timed, static_cast<double>(kUntimedTick), q);
+}
+
 double DownlinkPacer::rate(Nanos now, const PacingParams& p) const {
   const auto m = max_rate_.get(now, p.horizon);
   return m ? static_cast<double>(m->value) : 0.0;

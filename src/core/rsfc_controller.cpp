@@ -229,8 +229,80 @@ bool UplinkRegulator::step(Nanos now, const RsfcParams& p) {
         break;
     }
   }
+  idle_.steered = false;
+  if (!ts_ && sub_ != nullptr && p.idle_law) idle_law(now, s);
   last_step_at_ = now;  // refresh_due() looks for a boundary since the previous step
   return s.ready;
+}
+
+// ---------------------------------------------------------------------------------------
+// Without timestamps: the uplink's idle time (lab/EXPERIMENTS.md Q54-Q57).
+//
+// A phone without timestamps gives one delay: the lag, a round trip through both of its
+// queues, so a download's downlink queue reads as the upload's and the lag law holds the upload
+// to a window its own link does not need (3G: the phone's p95 under both 340 ms against the
+// 32 KB clamp's 136). The uplink's own state shows in how the phone's packets come instead
+// (PhoneUplinkIdle: every packet it sends, its download's ACKs included): a link that sat idle
+// during a step had room for more of the upload; one never idle holds a queue. Each step the
+// law takes the idle fraction f of the step and moves its own W: past kIdleGrowAt it grows by
+// 1 / (1 - f) (at most kIdleMaxGrowth, at least a segment), under kIdleShrinkAt it shrinks by
+// kIdleShrink; the lag past kIdleQueueCap (a queue the law let stand) cuts it by kIdleCut. It
+// steps only while the packets' spacing is even (the spread of back-to-back gaps within
+// kIdleMaxSpread): on a link that serves in bursts (UMTS, its scheduler's slots) an idle gap
+// is the scheduler's and not room; the lag law's window stands then. The capacity that times
+// a gap is the most the phone sent in a step over kIdleCapacityWindow.
+namespace {
+constexpr Nanos kIdleCapacityWindow = 2 * kSecond;
+constexpr double kIdleMaxSpread = 0.3;  // coefficient of variation of back-to-back gaps
+constexpr Nanos kIdleQueueCap = 100 * kMilli;
+constexpr double kIdleCut = 0.85;
+constexpr double kIdleGrowAt = 0.03;  // idle fraction of the step
+constexpr double kIdleShrinkAt = 0.005;
+constexpr double kIdleMaxGrowth = 1.25;
+constexpr double kIdleShrink = 0.95;
+constexpr uint32_t kIdleMinGaps = 5;  // back-to-back gaps for a spread
+}  // namespace
+
+void UplinkRegulator::idle_law(Nanos now, const Signals& s) {
+  PhoneUplinkIdle& phone = sub_->idle();
+  // The step's share of the phone's counts: a flow with data of its own takes it (a download's
+  // request makes an uplink regulator too; its counts are its own to keep).
+  PhoneUplinkIdle::Counts d;
+  if (last_data_at_ > 0) {
+    const PhoneUplinkIdle::Counts& c = phone.counts();
+    d = {c.idle - idle_.seen.idle, c.bytes - idle_.seen.bytes, c.gaps - idle_.seen.gaps,
+         c.x1 - idle_.seen.x1, c.x2 - idle_.seen.x2};
+    idle_.seen = c;
+  }
+  const Nanos since = idle_.step_at;
+  idle_.step_at = now;
+  if (since == 0 || now <= since) return;
+  const auto step = static_cast<double>(now - since);
+  idle_.capacity.update(now, static_cast<int64_t>(d.bytes * 1e9 / step), kIdleCapacityWindow);
+  const auto cap = static_cast<double>(idle_.capacity.get(now, kIdleCapacityWindow)->value);
+  if (last_data_at_ > 0) phone.set_capacity(cap);
+  if (!s.ready || state_ == RsfcState::kStartup || !clamping_ || cap <= 0) return;
+  double w = idle_.window > 0 ? idle_.window : window_;
+  const double x = d.gaps >= kIdleMinGaps ? d.x1 / PhoneUplinkIdle::kXUnit / d.gaps : 0;
+  const double x2 = x > 0 ? d.x2 / PhoneUplinkIdle::kXUnit / d.gaps : 0;
+  if (x <= 0 || std::sqrt(std::max(0.0, x2 - x * x)) / x > kIdleMaxSpread) {
+    // No spread to judge, or uneven service: the lag law's window stands.
+    idle_.window = static_cast<float>(window_);
+    return;
+  }
+  const double f = std::min(static_cast<double>(d.idle), step) / step;
+  if (s.t_buff && *s.t_buff > kIdleQueueCap) {
+    w = std::max(w * kIdleCut, min_window());
+  } else if (f > kIdleGrowAt) {
+    w = std::max(w * std::min(kIdleMaxGrowth, 1.0 / std::max(1.0 - f, 0.01)), w + mss_);
+  } else if (f < kIdleShrinkAt) {
+    w = std::max(w * kIdleShrink, min_window());
+  }
+  idle_.window = static_cast<float>(w);
+  window_ = w;
+  if (state_ == RsfcState::kMonitor) state_ = RsfcState::kSlow;
+  idle_.steered = true;
+  phone.law_stepped(now);
 }
 
 // The step's signals, from the estimators as they stand at `now` (the header lists them).

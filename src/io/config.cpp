@@ -904,6 +904,14 @@ const FieldTable<RsfcParams> kRsfcFields = {
      "which overstates the share and makes several uploads keep a queue between them. The same "
      "shared state hands a new flow of the phone (a download opened behind its upload, whose "
      "handshake then gives no clock) the TCP timestamp clock its other flows measured."},
+    {"idle_law", bool_field(&RsfcParams::idle_law),
+     "A phone that sends no TCP timestamps gives rsfc one delay, a round trip through both of "
+     "its queues, so a download's queue reads as the upload's. With true (and per_subscriber), "
+     "its upload steps instead on how long its uplink sat idle, read from every packet the "
+     "phone sends, whenever those come evenly enough to tell; while it does, its downloads' "
+     "round trip holds their own queue alone, to 30 ms, and they are paced on the gateway's "
+     "clock (with pacing). Lab: 3G without timestamps, phone's p95 under both 341 -> 246 ms "
+     "(lab/EXPERIMENTS.md Q57). Phones with timestamps are not affected."},
     {"share_equalize", real_field(&RsfcParams::share_equalize, {0, 1}),
      "How far each flow's share is pulled toward an equal split among the subscriber's uploads "
      "that use their windows: 0 = keep the shares as they are, 1 = equal."},
@@ -1001,7 +1009,7 @@ const FieldTable<Config> kFlowsFields = {
      "observe: at its first payload to the subscriber) and gives it back when it ends. A flow "
      "that finds all of them taken passes that knob untouched for its life, counted in "
      "rsfcd_regulator_pool_full_total (rsfcd_regulator_pool_used: regulators in use). Memory for "
-     "all is reserved at start: flows.regulated_max x about 4.8 KB (a regulator of each knob "
+     "all is reserved at start: flows.regulated_max x about 5.0 KB (a regulator of each knob "
      "and the subscriber's shared uplink state). Restart-only."},
     {"idle_timeout_s",
      duration_field([](auto& c) -> auto& { return c.params.idle_timeout; }, kSecond,
@@ -1479,7 +1487,7 @@ Config example_config() {
   c.params.pacing.next_to_upload_only = true;
   // The pacer's state (Engine::bytes_per_paced_flow) for every regulator slot: 2,000 slots
   // fewer per knob keep a million flows within 512 MiB (docs/RESULTS.md §9).
-  c.regulated_max = 58'000;
+  c.regulated_max = 56'000;
   return c;
 }
 

@@ -66,7 +66,7 @@ def test_check_config_rejects_bad_files(prerequisites, tmp_path, label, text, wo
 OPERATOR_RSFC_KEYS = [
     "threshold_ms", "threshold_floor_ms", "threshold_ceiling_ms", "min_window_horizon_s",
     "tbuff_filter_ms", "growth_per_rtt", "fast_target", "min_refresh_s", "path_check_ms",
-    "initial_window_bytes", "per_subscriber", "share_equalize"]
+    "initial_window_bytes", "per_subscriber", "idle_law", "share_equalize"]
 TUNING_KEYS = [
     "control_interval_floor_ms", "rtt_smoothing_ms", "probe_step_queue", "probe_below",
     "drain_fraction", "path_foreign_rate", "path_tolerance_ms", "max_interval_ms",

@@ -245,6 +245,10 @@ struct DownlinkQueueParams {
   bool round_trip_no_ts = true;
   Nanos threshold_ceiling_no_ts = 80 * kMilli;
   double yield_no_ts = 0.5;
+  // ... and while the phone's upload steps on its uplink's idle time (set_uplink_law()), T's
+  // ceiling: the upload no longer holds the sum of both queues, so the download's round trip
+  // is the download's own queue and the upload's ceiling would leave it standing.
+  Nanos threshold_ceiling_uplink_law = 30 * kMilli;
 };
 
 // The shared constants from the uplink's RsfcParams (same meaning on the other queue), for a
@@ -303,8 +307,15 @@ class DownlinkQueueRegulator {
   // No timestamps: the law runs on the gateway's round trip (the header).
   bool round_trip() const { return gw_clock_; }
   double ns_per_tick() const { return up_delay_.tick().ns_per_tick(); }  // 0 = unknown
-  // Whether the pacer may hold this flow's data: steering, on a phone clock it knows.
-  bool paceable() const { return steering() && ns_per_tick() > 0 && !gw_clock_; }
+  // Whether the pacer may hold this flow's data: steering, on a phone clock it knows, or on
+  // the gateway's round trip while the phone's upload steps on its idle time (the pacer then
+  // times the phone's ACKs on the gateway's clock: DownlinkPacer::on_phone_ack_untimed()).
+  bool paceable() const { return steering() && ns_per_tick() > 0 && (!gw_clock_ || uplink_law_); }
+  // On the gateway's round trip: whether the phone's upload stepped on its uplink's idle time
+  // since this regulator's last step (PhoneUplinkIdle::law_running(); the engine says so
+  // before each use). T's ceiling is then threshold_ceiling_uplink_law, and it may be paced.
+  void set_uplink_law(bool running) { uplink_law_ = running; }
+  Nanos last_step_at() const { return last_step_at_; }
   // The phone's tick (0 = unknown; none on the gateway's round trip, whose clock is ours).
   double tick_ms() const { return gw_clock_ ? 0.0 : ns_per_tick() / 1e6; }
   bool tick_estimated() const {
@@ -494,6 +505,7 @@ class DownlinkQueueRegulator {
   uint8_t fall_streak_ = 0;  // rate samples in a row below fall_fraction * rate, q > T
   bool held_fall_ = false;   // the swing window's peak held through the last fall; no comeback
   uint8_t next_edge_ = 0;    // edges_'s next slot (declared here, it fills padding)
+  bool uplink_law_ = false;  // set_uplink_law() (in padding too)
   uint32_t min_segments_ = 2;
   uint32_t probe_streak_ = 0;
   Nanos probe_wait_ = 0;       // SLOW: no probe step before this

@@ -66,8 +66,9 @@ struct TcpSegment;
 class Engine {
  public:
   // Regulators per knob at most, by default (flows.regulated_max): a million tracked flows
-  // (244 B each) and full pools (4.9 KB per slot of both) reserve 536 MB (docs/RESULTS.md §9).
-  static constexpr uint32_t kDefaultRegulatedMax = 60000;
+  // (244 B each) and full pools (5.0 KB per slot of both) reserve 537 MB (docs/RESULTS.md §9;
+  // 60,000 before the idle law's 152 bytes a slot, lab/EXPERIMENTS.md Q57).
+  static constexpr uint32_t kDefaultRegulatedMax = 58000;
   // `flows_max` is fixed for the engine's life (memory is reserved once). `hash_seed`
   // keys the flow hash: the daemon passes a random value. `regulated_max`: each knob's pool
   // of regulators (no more than flows_max), also reserved once; a flow that needs one when its
@@ -134,6 +135,7 @@ class Engine {
   // Whether the subscriber entry `owner` has a bulk upload running
   // (SubscriberUplink::uploads_bulk()).
   bool phone_uploads(uint32_t owner, Nanos now) const;
+  void note_uplink_law(uint32_t owner, DownlinkQueueRegulator& q) const;
   // The phone's tick shared between its flows (SubscriberTable::phone_tick), around a segment
   // from the phone: before it, a regulator with no tick of its own takes the phone's; after
   // it, one that measured the tick notes it. Only subscribers with a regulated upload hold the

@@ -110,6 +110,7 @@ struct CoreCounters {
   Counter rsfc_tick_estimates;       // flows whose TS granularity has been estimated
   Counter rsfc_subscribers;          // gauge: subscribers whose rsfc uploads share state
   Counter rsfc_subscribers_created;  // entries created (a subscriber's first flow)
+  Counter rsfc_idle_law_steps;       // steps of timestamp-less uploads on the uplink's idle time
   Counter rsfc_path_rebaselines;     // min(d) raised: a scheduled drain showed a longer path
   Counter drwa_windows_applied;
   // The downlink queue regulator (downlink.policy rsfc).

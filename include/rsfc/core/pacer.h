@@ -44,6 +44,13 @@ class DownlinkPacer {
   // An ACK from the phone: `ns_per_tick` is its timestamp clock's tick (0 = unknown: no
   // sample). ACKs without timestamps, reordered ones (TSval or ACK backwards) add nothing.
   void on_phone_ack(Nanos now, const TcpSegment& seg, double ns_per_tick, const PacingParams& p);
+  // An ACK from a phone without timestamps: timed on the gateway's clock (its arrival, in
+  // kUntimedTick), each sample spanning kUntimedSample (the ACKs' own wait in the uplink
+  // jitters their arrival; a longer span averages it out). Used while the phone's upload
+  // steps on its idle time (DownlinkQueueRegulator::paceable()).
+  static constexpr Nanos kUntimedTick = 1 * kMilli;
+  static constexpr Nanos kUntimedSample = 300 * kMilli;
+  void on_phone_ack_untimed(Nanos now, const TcpSegment& seg, const PacingParams& p);
 
   // When a segment of `payload_bytes` arriving `now` may leave (payload, as the receive rate
   // counts what the phone acknowledged): `now` when

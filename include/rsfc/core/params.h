@@ -106,6 +106,7 @@ struct RsfcParams {
   double unused_decay = 0.25;                  // ... and shrinks by this per step
   double startup_growth = 2.0;                 // startup clamp >= this * in-flight
   bool per_subscriber = true;                  // uploads of one subscriber share a link rate
+  bool idle_law = true;                        // no TS: the upload on its uplink's idle time
   double share_equalize = 0.75;                // ... each flow's share pulled this far to 1/N
   uint32_t initial_window_bytes = 16384;       // startup floor, from the handshake on; 0 = 64 KB
   uint32_t probe_doublings = 4;                // probe step cap doubles up to 2^this times

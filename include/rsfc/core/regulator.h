@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -41,6 +42,59 @@ constexpr bool other_way_bulk(uint32_t sent_other_way, uint32_t carried_this_way
   return sent_other_way > kStartupHoldOtherWay && carried_this_way <= kStartupHoldOtherWay;
 }
 
+// Every packet a phone sends, for the upload law of a phone without TCP timestamps
+// (UplinkRegulator::idle_law(), lab/EXPERIMENTS.md Q55-Q57): how long its uplink sat idle and
+// how evenly its packets came. Without timestamps the only delay a gateway reads is a round
+// trip through both of the phone's queues; the uplink's own state shows in its departures
+// instead. A packet that comes more than kIdleGap of its own time at the uplink's capacity
+// after the previous one left the link idle for the gap less that time; packets within
+// kEvenGap of it came back to back, and the spread of those gaps (x = gap / its time) says
+// whether the link serves evenly enough for idle time to mean anything. The capacity is the
+// upload regulator's (set_capacity). Counts run from the phone's first packet, modulo 2^32
+// (idle in ns: 64 bits); each regulator reads them as differences between its steps.
+class PhoneUplinkIdle {
+ public:
+  static constexpr double kIdleGap = 1.5;  // packet times: beyond it a gap is idle time
+  static constexpr double kEvenGap = 3.0;  // packet times: under it a gap is back to back
+  static constexpr double kXUnit = 256;    // x1, x2: units per 1.0
+  struct Counts {
+    uint64_t idle = 0;   // ns
+    uint32_t bytes = 0;  // IP bytes
+    uint32_t gaps = 0;   // back-to-back gaps
+    uint32_t x1 = 0;     // their sum of x, in 1/kXUnit
+    uint32_t x2 = 0;     // their sum of x^2, in 1/kXUnit
+  };
+
+  void on_packet(Nanos now, uint32_t ip_bytes) {
+    if (last_ > 0 && capacity_ > 0 && now >= last_) {
+      const double t = static_cast<double>(ip_bytes) * 1e9 / static_cast<double>(capacity_);
+      const double gap = static_cast<double>(now - last_);
+      if (gap > kIdleGap * t) c_.idle += static_cast<uint64_t>(gap - t);
+      if (gap < kEvenGap * t) {
+        const double x = gap / t;
+        c_.x1 += static_cast<uint32_t>(std::lround(x * kXUnit));
+        c_.x2 += static_cast<uint32_t>(std::lround(x * x * kXUnit));
+        ++c_.gaps;
+      }
+    }
+    last_ = std::max(last_, now);
+    c_.bytes += ip_bytes;
+  }
+  void set_capacity(double bytes_per_s) { capacity_ = static_cast<float>(bytes_per_s); }
+  const Counts& counts() const { return c_; }
+  // The law steered the phone's upload at a step; the downlink knob of its downloads follows
+  // it for kLawHold (DownlinkQueueRegulator::set_uplink_law()).
+  static constexpr Nanos kLawHold = 1 * kSecond;
+  void law_stepped(Nanos now) { law_until_.set(now + kLawHold); }
+  bool law_running(Nanos at) const { return law_until_.pending(at); }
+
+ private:
+  Nanos last_ = 0;
+  Counts c_;
+  float capacity_ = 0;  // bytes/s
+  CoarseDeadline law_until_;
+};
+
 // What the regulated upload flows of one subscriber share. They fill one uplink buffer, so
 // their delivered rates are shares of one link. A flow's own rate is a windowed maximum: it
 // is taken at moments when its siblings sent less (their drains, their own limits) and so
@@ -70,6 +124,8 @@ class SubscriberUplink {
   uint64_t total_bytes() const { return rate_.total_bytes(); }
   double rate(Nanos now, Nanos interval) const { return rate_.max(now, interval); }
   bool has_sample() const { return rate_.has_sample(); }
+  PhoneUplinkIdle& idle() { return idle_; }
+  const PhoneUplinkIdle& idle() const { return idle_; }
 
   // A member that fills its window reports it at its control steps; `epoch` is the member's
   // own bookkeeping (one count per member and epoch of kEpoch).
@@ -170,7 +226,8 @@ class SubscriberUplink {
   // short_of_best(): the most bytes a whole epoch delivered, in kBestUnit, in the block of
   // kEpochsPerBest epochs that epoch_ is in and in the block before it.
   uint16_t best_[2] = {0, 0};
+  PhoneUplinkIdle idle_;  // every packet of the phone (Engine::feed_regulators)
 };
-static_assert(sizeof(SubscriberUplink) == sizeof(DeliveredRate) + 24);
+static_assert(sizeof(SubscriberUplink) == sizeof(DeliveredRate) + 24 + sizeof(PhoneUplinkIdle));
 
 }  // namespace rsfc

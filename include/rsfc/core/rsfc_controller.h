@@ -165,6 +165,8 @@ class UplinkRegulator {
   // Another flow of the phone measured its tick (TickEstimator::on_sibling).
   void sibling_tick(Nanos g) { delay_.on_sibling_tick(g); }
   std::optional<Nanos> t_buff() const { return last_.t_buff; }
+  // Without timestamps: the last step's window came from the uplink's idle time (idle_law()).
+  bool idle_law_steered() const { return idle_.steered; }
   double rate() const { return last_.rate; }  // rho, bytes/s
   std::optional<Nanos> rtt_min() const { return last_.rtt_min; }
   std::optional<Nanos> rtt_used() const { return last_.rtt; }
@@ -273,6 +275,7 @@ class UplinkRegulator {
   void slow(Nanos now, const Signals& s, const RsfcParams& p);
   void fast(Nanos now, const Signals& s, const RsfcParams& p);
   void monitor(Nanos now, const Signals& s, const RsfcParams& p);
+  void idle_law(Nanos now, const Signals& s);
 
   // SLOW.
   static bool within_one_packet(const Signals& s);
@@ -386,6 +389,15 @@ class UplinkRegulator {
   // The subscriber's share (subscriber_share()).
   SubscriberUplink* sub_ = nullptr;
   ShareSnapshot share_;
+
+  // Without timestamps: the law on the phone's uplink idle time (idle_law()).
+  struct IdleLaw {
+    PhoneUplinkIdle::Counts seen;  // the phone's counts at the previous step
+    Nanos step_at = 0;             // the previous step
+    WindowedMax<4> capacity;       // bytes/s: the phone's bytes per step, over kIdleCapacityWindow
+    float window = 0;              // its W (bytes; 0 until it first steps)
+    bool steered = false;          // the last step's window is the law's
+  } idle_;
 };
 
 }  // namespace rsfc

@@ -31,7 +31,7 @@ struct Config {
   uint32_t socket_rcvbuf = 8 << 20;  // queue.socket_buffer_bytes
   uint32_t batch_size = 64;          // queue.batch: packets drained per wakeup at most
   uint32_t flows_max = 1'000'000;
-  uint32_t regulated_max = 60'000;                // flows.regulated_max: regulators per knob
+  uint32_t regulated_max = 58'000;                // flows.regulated_max: regulators per knob
   std::string metrics_listen = "127.0.0.1:9477";  // "" disables the HTTP endpoint
   LogLevel log_level = LogLevel::kInfo;
   std::string decision_log;  // JSON lines, one per control decision; "" = off (reloadable)
