@@ -56,6 +56,18 @@ def offs(paths):
     return out
 
 
+def with_nots_proxy(base, cells):
+    """`base` with each timestamp-less cell of `cells` that has no medians of its own given the
+    same link's with timestamps (CELL/nots -> CELL): the link and its transfers alone are the
+    same; only the phone's TCP options differ. Returns (base, the cells so given)."""
+    out, proxied = dict(base), []
+    for cell in sorted(cells):
+        if cell not in out and cell.endswith("/nots") and cell[:-len("/nots")] in out:
+            out[cell] = out[cell[:-len("/nots")]]
+            proxied.append(cell)
+    return out, proxied
+
+
 def offs_of(path):
     d = json.load(open(path))
     out = {}
@@ -198,6 +210,9 @@ def main():
     ap.add_argument("--offs", action="append", default=[],
                     help="a suite JSON with `off` alone (repeat; default "
                          "docs/lab/suite-f9a00c6.json)")
+    ap.add_argument("--nots-proxy", action="store_true",
+                    help="a CELL/nots with no unregulated runs alone in --offs takes CELL's "
+                         "(the same link with timestamps); the cells so judged are named")
     ap.add_argument("--aa", action="store_true", help="the rule on the baseline against itself")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
@@ -206,6 +221,11 @@ def main():
     bpol, bdirs = parse_arm(args.base)
     unjudged = set()
     a = runs(bpol, bdirs, base, unjudged)
+    proxied = []
+    if args.nots_proxy and unjudged:
+        base, proxied = with_nots_proxy(base, unjudged)
+        unjudged = set()
+        a = runs(bpol, bdirs, base, unjudged)
     if not a:
         why = f" in a cell of --offs (its cells: {', '.join(sorted(unjudged))})" if unjudged else ""
         sys.exit(f"compare_runs: no runs of {bpol} with both kinds in the base workdirs{why}")
@@ -226,6 +246,8 @@ def main():
         verdict = "no verdict: no cell has 2 runs a side" if not judged else \
             "KILLED" if killed else "passes"
         print(f"  verdict: {verdict}")
+    if proxied:
+        print(f"alone from the same link with timestamps (--nots-proxy): {', '.join(proxied)}")
     if unjudged:
         print(f"not judged (no unregulated runs alone in --offs): {', '.join(sorted(unjudged))}")
     if args.aa:

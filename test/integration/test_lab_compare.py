@@ -145,3 +145,36 @@ def test_offs_from_several_files_and_cells_in_none_are_named(tmp_path):
     assert "lte             runs  3: both 50 / 50 %" in out  # only the second has it
     assert "suite (2 cells judged)" in out
     assert "not judged (no unregulated runs alone in --offs): 2g" in out
+
+
+def test_nots_proxy_takes_the_same_links_runs_with_timestamps(tmp_path):
+    """--nots-proxy: a timestamp-less cell no baseline file ran is judged on the same link's
+    unregulated runs alone with timestamps, and named; without the flag it is not judged; a
+    /nots cell whose link no file ran stays unjudged either way."""
+    offs = tmp_path / "offs.json"
+    offs.write_text(json.dumps({"tests": {"lte": {"off": {"dl": [{"dl_mbps": 12.0}],
+                                                          "ul": [{"ul_mbps": 3.6}]}}}}))
+    for name in ("base", "arm"):
+        (tmp_path / name / "suite").mkdir(parents=True)
+        with open(tmp_path / name / "suite" / "results.jsonl", "w") as f:
+            for cell in ("lte/nots", "umts@0s/nots"):
+                for run in (1, 2, 3):
+                    f.write(json.dumps({"cell": cell, "run": run, "policy": "shipped",
+                                        "kind": "both", "numbers": {
+                                            "dl_mbps": 6.0, "ul_mbps": 1.8,
+                                            "rtt_p95_ms": 300.0 + run}}) + "\n")
+
+    def compare(*extra):
+        return subprocess.run(["/usr/bin/python3", str(LAB / "compare_runs.py"),
+                               "--offs", str(offs), *extra,
+                               "--base", f"shipped={tmp_path / 'base'}",
+                               "--arm", f"shipped={tmp_path / 'arm'}"],
+                              capture_output=True, text=True)
+
+    plain = compare()
+    assert plain.returncode != 0 and "no runs of shipped" in plain.stderr
+    out = compare("--nots-proxy")
+    assert out.returncode == 0, out.stderr
+    assert "lte/nots        runs  3: both 50 / 50 %" in out.stdout  # lte's 12.0 / 3.6
+    assert "alone from the same link with timestamps (--nots-proxy): lte/nots" in out.stdout
+    assert "not judged (no unregulated runs alone in --offs): umts@0s/nots" in out.stdout
