@@ -2330,6 +2330,8 @@ void expect_replayed_regulator_matches_live(bool timestamps, bool handshake_ack,
   }
   EXPECT_GT(ref_steps, 20u);
   EXPECT_EQ(sink.records.size(), ref_steps);
+  // Paced without timestamps, the upload's evenly spaced segments let the idle law step.
+  EXPECT_EQ(e.counters().rsfc_idle_law_steps.get() > 0, paced && !timestamps);
   EXPECT_EQ(pool_used(e, Knob::kUplink), 1u);
   e.set_decision_sink(nullptr);
 }

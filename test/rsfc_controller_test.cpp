@@ -1534,8 +1534,8 @@ TEST(PhoneUplinkIdle, IdleTimeIsTheGapsBeyondTheirPacketsTime) {
   EXPECT_EQ(c.bytes, 5500u);
   EXPECT_EQ(c.idle, static_cast<uint64_t>(9 * kMilli + 3 * kMilli / 2));
   EXPECT_EQ(c.gaps, 2u);
-  EXPECT_EQ(c.x1, static_cast<uint32_t>(2.5 * PhoneUplinkIdle::kXUnit));
-  EXPECT_EQ(c.x2, static_cast<uint32_t>(3.25 * PhoneUplinkIdle::kXUnit));
+  EXPECT_EQ(c.x1, static_cast<uint64_t>(2.5 * PhoneUplinkIdle::kXUnit));
+  EXPECT_EQ(c.x2, static_cast<uint64_t>(3.25 * PhoneUplinkIdle::kXUnit));
   // The law's mark holds for kLawHold.
   EXPECT_FALSE(u.law_running(kSecond));
   u.law_stepped(2 * kSecond);

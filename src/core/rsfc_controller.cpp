@@ -263,6 +263,19 @@ constexpr double kIdleShrink = 0.95;
 constexpr uint32_t kIdleMinGaps = 5;  // back-to-back gaps for a spread
 }  // namespace
 
+// Whether the step's back-to-back gaps say the link served evenly: kIdleMinGaps of them or
+// more, their spread (coefficient of variation of x) within kIdleMaxSpread. Gaps that are all
+// zero (the phone's packets came in bunches, each bunch at one instant: a link that serves in
+// slots, or a batch of packets read at one time) have no spread: even, as the lab's prototype
+// read them (Q57; its 0 / 0 compared false).
+bool UplinkRegulator::even_service(const PhoneUplinkIdle::Counts& d) {
+  if (d.gaps < kIdleMinGaps) return false;
+  const double x = static_cast<double>(d.x1) / PhoneUplinkIdle::kXUnit / d.gaps;
+  if (x <= 0) return true;
+  const double x2 = static_cast<double>(d.x2) / PhoneUplinkIdle::kXUnit / d.gaps;
+  return std::sqrt(std::max(0.0, x2 - x * x)) / x <= kIdleMaxSpread;
+}
+
 void UplinkRegulator::idle_law(Nanos now, const Signals& s) {
   PhoneUplinkIdle& phone = sub_->idle();
   // The step's share of the phone's counts: a flow with data of its own takes it (a download's
@@ -270,8 +283,8 @@ void UplinkRegulator::idle_law(Nanos now, const Signals& s) {
   PhoneUplinkIdle::Counts d;
   if (last_data_at_ > 0) {
     const PhoneUplinkIdle::Counts& c = phone.counts();
-    d = {c.idle - idle_.seen.idle, c.bytes - idle_.seen.bytes, c.gaps - idle_.seen.gaps,
-         c.x1 - idle_.seen.x1, c.x2 - idle_.seen.x2};
+    d = {c.idle - idle_.seen.idle, c.x1 - idle_.seen.x1, c.x2 - idle_.seen.x2,
+         c.bytes - idle_.seen.bytes, c.gaps - idle_.seen.gaps};
     idle_.seen = c;
   }
   const Nanos since = idle_.step_at;
@@ -283,11 +296,8 @@ void UplinkRegulator::idle_law(Nanos now, const Signals& s) {
   if (last_data_at_ > 0) phone.set_capacity(cap);
   if (!s.ready || state_ == RsfcState::kStartup || !clamping_ || cap <= 0) return;
   double w = idle_.window > 0 ? idle_.window : window_;
-  const double x = d.gaps >= kIdleMinGaps ? d.x1 / PhoneUplinkIdle::kXUnit / d.gaps : 0;
-  const double x2 = x > 0 ? d.x2 / PhoneUplinkIdle::kXUnit / d.gaps : 0;
-  if (x <= 0 || std::sqrt(std::max(0.0, x2 - x * x)) / x > kIdleMaxSpread) {
-    // No spread to judge, or uneven service: the lag law's window stands.
-    idle_.window = static_cast<float>(window_);
+  if (!even_service(d)) {
+    idle_.window = static_cast<float>(window_);  // the lag law's window stands
     return;
   }
   const double f = std::min(static_cast<double>(d.idle), step) / step;

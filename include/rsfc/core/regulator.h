@@ -50,19 +50,21 @@ constexpr bool other_way_bulk(uint32_t sent_other_way, uint32_t carried_this_way
 // after the previous one left the link idle for the gap less that time; packets within
 // kEvenGap of it came back to back, and the spread of those gaps (x = gap / its time) says
 // whether the link serves evenly enough for idle time to mean anything. The capacity is the
-// upload regulator's (set_capacity). Counts run from the phone's first packet, modulo 2^32
-// (idle in ns: 64 bits); each regulator reads them as differences between its steps.
+// upload regulator's (set_capacity). Counts run from the phone's first packet (bytes and gaps
+// modulo 2^32); each regulator reads them as differences between its steps.
 class PhoneUplinkIdle {
  public:
   static constexpr double kIdleGap = 1.5;  // packet times: beyond it a gap is idle time
   static constexpr double kEvenGap = 3.0;  // packet times: under it a gap is back to back
-  static constexpr double kXUnit = 256;    // x1, x2: units per 1.0
+  // x1, x2: units per 1.0. Fine enough that the spread's test reads as on exact sums (1/256
+  // moved it on the simulator's 3G: Q57).
+  static constexpr double kXUnit = 65536;
   struct Counts {
     uint64_t idle = 0;   // ns
+    uint64_t x1 = 0;     // the back-to-back gaps' sum of x, in 1/kXUnit
+    uint64_t x2 = 0;     // ... and of x^2
     uint32_t bytes = 0;  // IP bytes
     uint32_t gaps = 0;   // back-to-back gaps
-    uint32_t x1 = 0;     // their sum of x, in 1/kXUnit
-    uint32_t x2 = 0;     // their sum of x^2, in 1/kXUnit
   };
 
   void on_packet(Nanos now, uint32_t ip_bytes) {
@@ -72,8 +74,8 @@ class PhoneUplinkIdle {
       if (gap > kIdleGap * t) c_.idle += static_cast<uint64_t>(gap - t);
       if (gap < kEvenGap * t) {
         const double x = gap / t;
-        c_.x1 += static_cast<uint32_t>(std::lround(x * kXUnit));
-        c_.x2 += static_cast<uint32_t>(std::lround(x * x * kXUnit));
+        c_.x1 += static_cast<uint64_t>(std::llround(x * kXUnit));
+        c_.x2 += static_cast<uint64_t>(std::llround(x * x * kXUnit));
         ++c_.gaps;
       }
     }

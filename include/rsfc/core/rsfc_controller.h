@@ -276,6 +276,7 @@ class UplinkRegulator {
   void fast(Nanos now, const Signals& s, const RsfcParams& p);
   void monitor(Nanos now, const Signals& s, const RsfcParams& p);
   void idle_law(Nanos now, const Signals& s);
+  static bool even_service(const PhoneUplinkIdle::Counts& d);
 
   // SLOW.
   static bool within_one_packet(const Signals& s);
