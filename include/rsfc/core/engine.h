@@ -67,7 +67,7 @@ class Engine {
  public:
   // Regulators per knob at most, by default (flows.regulated_max): a million tracked flows
   // (244 B each) and full pools (5.0 KB per slot of both) reserve 537 MB (docs/RESULTS.md §9;
-  // 60,000 before the idle law's 152 bytes a slot, lab/EXPERIMENTS.md Q57).
+  // 60,000 before the idle law's 168 bytes a slot, lab/EXPERIMENTS.md Q57).
   static constexpr uint32_t kDefaultRegulatedMax = 58000;
   // `flows_max` is fixed for the engine's life (memory is reserved once). `hash_seed`
   // keys the flow hash: the daemon passes a random value. `regulated_max`: each knob's pool
