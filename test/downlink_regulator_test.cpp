@@ -140,6 +140,15 @@ TEST(DownlinkQueueRegulator, WithoutTimestampsRunsOnTheGatewaysRoundTrip) {
   };
   std::vector<std::pair<Nanos, TcpSegment>> acks;  // (arrival at the gateway, ACK), in order
   uint32_t seq = 7001;
+  auto send_data = [&](Nanos t) {  // the server's next segment, at the gateway at t
+    TcpSegment data;
+    data.seq = seq;
+    data.ack = 1001;
+    data.payload_len = 1448;
+    data.flags = tcpflag::kAck;
+    seq += 1448;
+    reg.on_downlink_segment(t, data, p);
+  };
   bool steered = false;
   std::vector<double> before, during, after;
   size_t next_ack = 0;
@@ -157,13 +166,7 @@ TEST(DownlinkQueueRegulator, WithoutTimestampsRunsOnTheGatewaysRoundTrip) {
       if (at > 14 * kSecond) after.push_back(q);
       EXPECT_FALSE(reg.q_up()) << "the ACKs' own wait is in q_down";
     }
-    TcpSegment data;
-    data.seq = seq;
-    data.ack = 1001;
-    data.payload_len = 1448;
-    data.flags = tcpflag::kAck;
-    seq += 1448;
-    reg.on_downlink_segment(t, data, p);
+    send_data(t);
     if ((seq - 7001) / 1448 % 2 == 0) {
       TcpSegment a = ack;
       a.ack = seq;
@@ -196,13 +199,7 @@ TEST(DownlinkQueueRegulator, WithoutTimestampsRunsOnTheGatewaysRoundTrip) {
   reg.set_uplink_law(true);
   EXPECT_TRUE(reg.paceable());
   for (Nanos t = 30 * kSecond; t < 31 * kSecond; t += 2 * kMilli) {
-    TcpSegment data;
-    data.seq = seq;
-    data.ack = 1001;
-    data.payload_len = 1448;
-    data.flags = tcpflag::kAck;
-    seq += 1448;
-    reg.on_downlink_segment(t, data, p);
+    send_data(t);
     TcpSegment a = ack;
     a.ack = seq;
     reg.on_uplink_segment(t + phone_side, a, p);
