@@ -82,6 +82,26 @@ TEST(DecisionRecordJson, DownlinkQueueRecordsCarryQDown) {
   EXPECT_EQ(format(r, DecisionJson::kLog).find("q_down_ms"), std::string::npos);
 }
 
+// An uplink step that was the idle law's (a phone without timestamps) says how idle its
+// uplink was, after threshold_ms; every other record leaves idle_pct out.
+TEST(DecisionRecordJson, IdleLawStepsCarryTheUplinksIdleShare) {
+  DecisionRecord r = record();
+  r.has_threshold = true;
+  r.threshold_ms = 80;
+  r.has_idle = true;
+  r.idle_pct = 12.5;
+  std::string line = format(r, DecisionJson::kLog);
+  EXPECT_NE(line.find("\"threshold_ms\":80,\"idle_pct\":12.5,\"window_bytes\":"), std::string::npos)
+      << line;
+  line = format(r, DecisionJson::kReplay);
+  EXPECT_NE(line.find("\"threshold_ms\":80.000,\"idle_pct\":12.500,"), std::string::npos) << line;
+  r.idle_pct = 0;  // a step that read no idle time still says so
+  EXPECT_NE(format(r, DecisionJson::kReplay).find("\"idle_pct\":0.000,"), std::string::npos);
+  r.has_idle = false;
+  EXPECT_EQ(format(r, DecisionJson::kLog).find("idle_pct"), std::string::npos);
+  EXPECT_EQ(format(r, DecisionJson::kReplay).find("idle_pct"), std::string::npos);
+}
+
 // The two queue laws' records carry the T they hold their queue at, after rtt_ms (and before
 // q_down_ms); unknown is null; DRWA's records leave it out.
 TEST(DecisionRecordJson, QueueLawRecordsCarryTheirThreshold) {

@@ -2227,7 +2227,7 @@ void expect_replayed_regulator_matches_live(bool timestamps, bool handshake_ack,
   ref.attach(&shared);
   const std::string phone = "198.18.0.2", server = "198.19.0.2";
   const uint8_t scale = 7;
-  size_t ref_steps = 0;
+  size_t ref_steps = 0, idle_records = 0;
   bool joined = false;
   auto process = [&](TcpSpec s, Nanos at) {
     const bool from_phone = s.src == phone;
@@ -2263,6 +2263,14 @@ void expect_replayed_regulator_matches_live(bool timestamps, bool handshake_ack,
       EXPECT_EQ(r.target_bytes,
                 std::max<uint64_t>(d.window == kNoClamp ? 0 : d.window, p.min_window_bytes));
       EXPECT_EQ(r.timestamps, ref.timestamps());
+      // The idle law's steps, and only they, say how idle the phone's uplink was.
+      EXPECT_EQ(r.has_idle, ref.idle_law_steered()) << "at " << at;
+      if (ref.idle_fraction()) {
+        EXPECT_DOUBLE_EQ(r.idle_pct, *ref.idle_fraction() * 100) << "at " << at;
+        EXPECT_GE(r.idle_pct, 0);
+        EXPECT_LE(r.idle_pct, 100);
+        ++idle_records;
+      }
       if (ref.t_buff()) {
         EXPECT_DOUBLE_EQ(r.t_buff_ms, static_cast<double>(*ref.t_buff()) / 1e6);
       }
@@ -2332,6 +2340,7 @@ void expect_replayed_regulator_matches_live(bool timestamps, bool handshake_ack,
   EXPECT_EQ(sink.records.size(), ref_steps);
   // Paced without timestamps, the upload's evenly spaced segments let the idle law step.
   EXPECT_EQ(e.counters().rsfc_idle_law_steps.get() > 0, paced && !timestamps);
+  EXPECT_EQ(idle_records, e.counters().rsfc_idle_law_steps.get());
   EXPECT_EQ(pool_used(e, Knob::kUplink), 1u);
   e.set_decision_sink(nullptr);
 }

@@ -134,6 +134,10 @@ size_t format_decision_json(const DecisionRecord& r, char* out, size_t cap, Deci
     o.text(",\"threshold_ms\":");
     measurement(o, r.threshold_ms, r.threshold_ms > 0, form);
   }
+  if (r.has_idle) {
+    o.text(",\"idle_pct\":");
+    measurement(o, r.idle_pct, r.idle_pct >= 0, form);
+  }
   if (r.has_q_down) {
     o.text(",\"q_down_ms\":");
     measurement(o, r.q_down_ms, r.q_down_ms >= 0, form);

@@ -158,6 +158,9 @@ void describe_uplink(DecisionRecord& rec, const UplinkRegulator& u) {
   rec.rtt_ms = u.rtt_used() ? static_cast<double>(*u.rtt_used()) / 1e6 : kUnknown;
   rec.has_threshold = true;
   rec.threshold_ms = u.threshold() > 0 ? static_cast<double>(u.threshold()) / 1e6 : kUnknown;
+  const std::optional<double> idle = u.idle_fraction();
+  rec.has_idle = idle.has_value();
+  rec.idle_pct = idle ? *idle * 100 : kUnknown;
   rec.timestamps = u.timestamps();
 }
 

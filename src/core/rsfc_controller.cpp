@@ -312,6 +312,7 @@ void UplinkRegulator::idle_law(Nanos now, const Signals& s) {
   window_ = w;
   if (state_ == RsfcState::kMonitor) state_ = RsfcState::kSlow;
   idle_.steered = true;
+  idle_.share = static_cast<uint16_t>(std::lround(f * 65535));
   phone.law_stepped(now);
 }
 

@@ -39,6 +39,11 @@ struct DecisionRecord {
   // out.
   bool has_q_down = false;
   double q_down_ms = -1;  // -1 = unknown
+  // An uplink record whose step was the idle law's (a phone without timestamps, rsfc.idle_law)
+  // also carries idle_pct, the share of the step its uplink sat idle (after "threshold_ms");
+  // the other uplink records leave it out, and so does every downlink record.
+  bool has_idle = false;
+  double idle_pct = -1;
   // The engine's flow-table slot of the flow (PacketResult::flow, Engine::flow()), for tools
   // that join records with packets; not written to JSON.
   uint32_t flow = kNoFlow;

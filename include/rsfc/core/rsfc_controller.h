@@ -167,6 +167,12 @@ class UplinkRegulator {
   std::optional<Nanos> t_buff() const { return last_.t_buff; }
   // Without timestamps: the last step's window came from the uplink's idle time (idle_law()).
   bool idle_law_steered() const { return idle_.steered; }
+  // The idle fraction of the uplink that step read (0-1, to 1/65535); unset when the step was
+  // not the idle law's.
+  std::optional<double> idle_fraction() const {
+    if (!idle_.steered) return std::nullopt;
+    return idle_.share / 65535.0;
+  }
   double rate() const { return last_.rate; }  // rho, bytes/s
   std::optional<Nanos> rtt_min() const { return last_.rtt_min; }
   std::optional<Nanos> rtt_used() const { return last_.rtt; }
@@ -398,6 +404,7 @@ class UplinkRegulator {
     WindowedMax<4> capacity;       // bytes/s: the phone's bytes per step, over kIdleCapacityWindow
     float window = 0;              // its W (bytes; 0 until it first steps)
     bool steered = false;          // the last step's window is the law's
+    uint16_t share = 0;            // the idle fraction it read, in 1/65535 (idle_fraction())
   } idle_;
 };
 
