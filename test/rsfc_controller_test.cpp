@@ -1543,6 +1543,33 @@ TEST(PhoneUplinkIdle, IdleTimeIsTheGapsBeyondTheirPacketsTime) {
   EXPECT_FALSE(u.law_running(2 * kSecond + PhoneUplinkIdle::kLawHold + 10 * kMilli));
 }
 
+// The idle law steps only while the phone's back-to-back gaps come evenly (their x spread,
+// coefficient of variation, within 0.3 over 5 gaps or more): on a link that serves in slots an
+// idle gap is the scheduler's, not room. Gaps that are all zero (bunched packets) read even.
+TEST(PhoneUplinkIdle, TheLawReadsIdleTimeOnlyWhileTheLinkServesEvenly) {
+  auto counts = [](std::initializer_list<double> gaps_in_packet_times) {
+    PhoneUplinkIdle u;
+    u.set_capacity(1e6);  // 1000 bytes: 1 ms
+    Nanos t = kSecond;
+    u.on_packet(t, 1000);
+    for (const double x : gaps_in_packet_times) {
+      t += static_cast<Nanos>(x * static_cast<double>(kMilli));
+      u.on_packet(t, 1000);
+    }
+    return u.counts();
+  };
+  EXPECT_TRUE(UplinkRegulator::even_service(counts({1, 1, 1, 1, 1})));
+  EXPECT_FALSE(UplinkRegulator::even_service(counts({1, 1, 1, 1}))) << "four gaps: no spread";
+  // Spread 0.25 (1.25, 0.75): even; 0.5 (1.5, 0.5): not.
+  EXPECT_TRUE(UplinkRegulator::even_service(counts({1.25, 0.75, 1.25, 0.75, 1.25, 0.75})));
+  EXPECT_FALSE(UplinkRegulator::even_service(counts({1.5, 0.5, 1.5, 0.5, 1.5, 0.5})));
+  EXPECT_TRUE(UplinkRegulator::even_service(counts({0, 0, 0, 0, 0, 0})));
+  // Idle gaps (beyond 3 packet times) are not back to back: they leave the spread alone.
+  EXPECT_TRUE(UplinkRegulator::even_service(counts({1, 1, 40, 1, 1, 1, 25, 1})));
+  // Bunches of three at one instant, a packet time apart: x = 0, 0, 1, ... spread 1.4.
+  EXPECT_FALSE(UplinkRegulator::even_service(counts({0, 0, 1, 0, 0, 1, 0, 0, 1})));
+}
+
 TEST(SimVarlink, OutagesAndCapacitySwings) {
   std::vector<VarCase> outages, swings_3g, swings_lte;
   for (uint32_t seed = 1; seed <= kVarRuns; ++seed) {

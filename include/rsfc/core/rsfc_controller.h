@@ -167,6 +167,9 @@ class UplinkRegulator {
   std::optional<Nanos> t_buff() const { return last_.t_buff; }
   // Without timestamps: the last step's window came from the uplink's idle time (idle_law()).
   bool idle_law_steered() const { return idle_.steered; }
+  // Whether a step's share of the phone's counts says its uplink served evenly, so that idle time
+  // means room (idle_law() steps only then).
+  static bool even_service(const PhoneUplinkIdle::Counts& d);
   // The idle fraction of the uplink that step read (0-1, to 1/65535); unset when the step was
   // not the idle law's.
   std::optional<double> idle_fraction() const {
@@ -282,7 +285,6 @@ class UplinkRegulator {
   void fast(Nanos now, const Signals& s, const RsfcParams& p);
   void monitor(Nanos now, const Signals& s, const RsfcParams& p);
   void idle_law(Nanos now, const Signals& s);
-  static bool even_service(const PhoneUplinkIdle::Counts& d);
 
   // SLOW.
   static bool within_one_packet(const Signals& s);
